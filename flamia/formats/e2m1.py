@@ -1,0 +1,43 @@
+"""FP4 E2M1: the eight magnitudes {0, 0.5, 1, 1.5, 2, 3, 4, 6}, round-to-nearest-even, two
+codes per byte (low nibble first). Hopper has no FP4 MMA: the 4-bit recipes decode these
+values into BF16, which holds every E2M1 x E4M3 product exactly.
+"""
+import torch
+
+E2M1_MAX = 6.0
+E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+# Midpoints between neighbours and which side a tie goes to (the one with an even code).
+_MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
+
+
+def e2m1_codes(x: torch.Tensor) -> torch.Tensor:
+    """Nearest E2M1 code (uint8 0..15, bit 3 = sign) of fp32 ``x``; |x| <= 6 is the caller's
+    promise (larger values take code 7, the largest). Ties go to the even code."""
+    a = x.float().abs()
+    mid = torch.tensor(_MIDPOINTS, device=x.device)
+    idx = torch.bucketize(a, mid)  # index of first midpoint >= a: ties land on the lower code
+    tie = (idx < len(_MIDPOINTS)) & (a == mid[idx.clamp(max=len(_MIDPOINTS) - 1)])
+    idx = torch.where(tie & (idx % 2 == 1), idx + 1, idx)  # a tie goes to the even code
+    sign = (x < 0).to(torch.uint8) << 3
+    return idx.to(torch.uint8) | sign
+
+
+def e2m1_decode(codes: torch.Tensor) -> torch.Tensor:
+    """fp32 values of uint8 codes (0..15)."""
+    table = torch.tensor(E2M1_VALUES, device=codes.device)
+    mag = table[(codes & 7).long()]
+    return torch.where((codes & 8) != 0, -mag, mag)
+
+
+def round_to_e2m1(x: torch.Tensor) -> torch.Tensor:
+    """Round fp32 to the E2M1 grid (values, fp32)."""
+    return e2m1_decode(e2m1_codes(x))
+
+
+def pack_e2m1(codes: torch.Tensor) -> torch.Tensor:
+    """Two codes per byte along the last (even-length) axis, low nibble first."""
+    return codes[..., 0::2] | (codes[..., 1::2] << 4)
+
+
+def unpack_e2m1(packed: torch.Tensor) -> torch.Tensor:
+    return torch.stack((packed & 15, packed >> 4), dim=-1).flatten(-2)

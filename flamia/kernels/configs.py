@@ -1,0 +1,35 @@
+"""Tile configurations of the attention kernels, as frozen dataclasses.
+
+Some tile sizes are numerics, not only speed: the emulator reads them from here so that it
+stays tile-faithful (NUMERICS.md 3-4). ``fwd_block_n`` sets where the online row max may
+rise; ``bwd_block_m`` is the query step of the dK/dV loop, the extent of the transposed dO
+exponent and of the per-key scale of the dK payload G; ``dq_block_n`` is the key step of the
+dQ loop, the extent of the per-row scale of the dQ payload.
+"""
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class AttnTiles:
+    """Tiles of one head dim. Measured on: (not yet tuned; see benchmarks/results)."""
+
+    fwd_block_m: int = 128
+    fwd_block_n: int = 128
+    bwd_block_m: int = 64
+    bwd_block_n: int = 128
+    dq_block_m: int = 128
+    dq_block_n: int = 64
+    fwd_warps: int = 8
+    fwd_stages: int = 3
+    bwd_warps: int = 8
+    bwd_stages: int = 2
+
+
+TILES = {64: AttnTiles(), 128: AttnTiles()}
+SUPPORTED_HEAD_DIMS = tuple(TILES)
+
+
+def tiles_for(head_dim: int) -> AttnTiles:
+    if head_dim not in TILES:
+        raise ValueError(f"head_dim: the kernels support {SUPPORTED_HEAD_DIMS}, got {head_dim}")
+    return TILES[head_dim]

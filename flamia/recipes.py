@@ -1,0 +1,103 @@
+"""Named numerics recipes: frozen dataclasses validated once, at construction.
+
+``Recipe`` holds every numerical choice of NUMERICS.md that a user or an ablation may flip.
+The presets in ``RECIPES`` are what ``recipe="mxfp8"`` etc. resolve to.
+"""
+from dataclasses import dataclass, replace
+
+from .formats.e4m3 import LOG2_E4M3_MAX
+from .formats.hadamard import HADAMARD_DIMS
+
+RECIPE_NAMES = ("mxfp8", "nvfp4", "fp4", "bf16")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One attention numerics configuration.
+
+    name: "mxfp8" (token-block E4M3 everywhere), "nvfp4" (NVFP4 Q/K, 4-bit P off the diagonal,
+        E4M3 elsewhere), "fp4" (all operands 4-bit), "bf16" (FlashAttention in BF16).
+    tau: conditional-rescaling threshold of the integer running max (log2 units).
+    sigma: power-of-two boost of P before E4M3 rounding. tau + sigma <= log2(448) is
+        asserted unless ``check_saturation`` is False (only to reproduce the failure).
+    hadamard: rotate Q and K by the normalized Hadamard matrix; None = the default (on at
+        head dim 128 for mxfp8 and nvfp4, off otherwise).
+    scale_block: tokens that share one operand exponent: 32 (default) or 1 (per-token
+        scales, the exact options: no in-block residue).
+    Ablation switches (emulator only; each reproduces one of the paper's failure modes):
+    per_tensor_scales: one E4M3 scale per tensor for Q, K, V, dO (leaks across positions
+        and documents; paper Table 5's per-tensor row).
+    p4_scale_before_mask: 4-bit P group scales taken before the causal mask, so a group
+        straddling the boundary sees future keys (the leaking 4-bit configuration).
+    fwd_p4_bwd_p8: forward quantizes P to 4 bits, backward rebuilds it in E4M3.
+    fwd_diag_block_m: forward treats query tiles of this many rows as diagonal tiles while
+        the backward uses its own (nvfp4: diagonal tiles keep E4M3 P), e.g. 256 vs 128.
+    fwd_approx_exp: forward uses Schraudolph's bit-level exponential, backward the exact one.
+    """
+
+    name: str = "mxfp8"
+    tau: int = 4
+    sigma: int = 4
+    hadamard: bool | None = None
+    scale_block: int = 32
+    check_saturation: bool = True
+    per_tensor_scales: bool = False
+    p4_scale_before_mask: bool = False
+    fwd_p4_bwd_p8: bool = False
+    fwd_diag_block_m: int | None = None
+    fwd_approx_exp: bool = False
+
+    def __post_init__(self):
+        if self.name not in RECIPE_NAMES:
+            raise ValueError(f"recipe: name must be one of {RECIPE_NAMES}, got {self.name!r}")
+        if not (isinstance(self.tau, int) and isinstance(self.sigma, int)) or self.tau < 0 or self.sigma < 0:
+            raise ValueError(f"recipe: tau and sigma must be non-negative integers, got tau={self.tau!r}, sigma={self.sigma!r}")
+        if self.check_saturation and self.tau + self.sigma > LOG2_E4M3_MAX:
+            raise ValueError(
+                f"recipe: tau + sigma = {self.tau + self.sigma} exceeds log2(448) = {LOG2_E4M3_MAX:.3f}: "
+                "P entries up to 2^(tau+sigma) would saturate at 448 and corrupt O without a NaN")
+        if self.scale_block not in (1, 32):
+            raise ValueError(f"recipe: scale_block must be 32 (token blocks) or 1 (per-token), got {self.scale_block}")
+        if self.fwd_diag_block_m is not None and (self.fwd_diag_block_m <= 0 or self.fwd_diag_block_m % 32):
+            raise ValueError(f"recipe: fwd_diag_block_m must be a positive multiple of 32, got {self.fwd_diag_block_m}")
+
+    @property
+    def exact(self) -> bool:
+        """Per-token operand scales: earlier outputs cannot change when a later token does."""
+        return self.scale_block == 1
+
+    @property
+    def is_ablation(self) -> bool:
+        return (self.per_tensor_scales or self.p4_scale_before_mask or self.fwd_p4_bwd_p8
+                or self.fwd_diag_block_m is not None or self.fwd_approx_exp or not self.check_saturation)
+
+    def use_hadamard(self, head_dim: int) -> bool:
+        if self.hadamard is None:
+            return self.name in ("mxfp8", "nvfp4") and head_dim == 128
+        if self.hadamard and head_dim not in HADAMARD_DIMS:
+            raise ValueError(f"recipe: hadamard needs head_dim in {HADAMARD_DIMS}, got {head_dim}")
+        return self.hadamard
+
+    def with_(self, **changes) -> "Recipe":
+        return replace(self, **changes)
+
+
+RECIPES = {
+    "mxfp8": Recipe("mxfp8"),
+    "mxfp8-exact": Recipe("mxfp8", scale_block=1),
+    "nvfp4": Recipe("nvfp4"),
+    "nvfp4-exact": Recipe("nvfp4", scale_block=1),
+    "fp4": Recipe("fp4"),
+    "bf16": Recipe("bf16"),
+}
+
+
+def resolve_recipe(recipe: "str | Recipe") -> Recipe:
+    """A preset name or a Recipe -> Recipe (TypeError/ValueError naming ``recipe`` otherwise)."""
+    if isinstance(recipe, Recipe):
+        return recipe
+    if isinstance(recipe, str):
+        if recipe not in RECIPES:
+            raise ValueError(f"recipe: unknown recipe {recipe!r}; choose one of {sorted(RECIPES)}")
+        return RECIPES[recipe]
+    raise TypeError(f"recipe: expected a name or flamia.Recipe, got {type(recipe).__name__}")
