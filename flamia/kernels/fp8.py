@@ -1,0 +1,60 @@
+"""Triton helpers shared by the kernels: exact powers of two, scale exponents, E4M3 rounding,
+FP8 matrix products. The Triton interpreter's known bugs are worked around here and only
+here (``INTERPRET`` is a constexpr the launchers pass):
+- its fp32 -> fp8 ``.to()`` mis-rounds about 2% of values, so values are first rounded to the
+  E4M3 grid in fp32 (bit-exact round-to-nearest-even), which makes the cast exact;
+- its ``tl.dot`` on low-precision operands is unreliable, so operands are upcast to fp32.
+"""
+import os
+
+import triton
+import triton.language as tl
+
+EXP_MIN = tl.constexpr(-100)
+EXP_MAX = tl.constexpr(127)
+# qmax = Mq * 2^Eq as (Eq, mantissa bits of Mq): 448 = 1.75 * 2^8, 6 = 1.5 * 2^2.
+E4M3_EQ = tl.constexpr(8)
+E4M3_MQ = tl.constexpr(0x600000)
+
+
+def interpreting() -> bool:
+    """True when Triton kernels run on the CPU interpreter (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@triton.jit
+def pow2(e):
+    """Exact fp32 2^e of an int32 tensor, e in [-126, 127]."""
+    return ((e + 127) << 23).to(tl.int32).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def scale_exponent(amax, EQ: tl.constexpr, MQ: tl.constexpr):
+    """Smallest e with amax * 2^-e <= qmax (qmax = (1 + MQ/2^23) * 2^EQ), clamped to
+    [EXP_MIN, EXP_MAX]; int32. Integer arithmetic on amax's bits, as flamia.formats.scales."""
+    bits = amax.to(tl.int32, bitcast=True)
+    e_amax = ((bits >> 23) & 0xFF) - 127
+    e = e_amax - EQ + ((bits & 0x7FFFFF) > MQ).to(tl.int32)
+    e = tl.where(e_amax == -127, EXP_MIN, e)
+    return tl.minimum(tl.maximum(e, EXP_MIN), EXP_MAX)
+
+
+@triton.jit
+def to_e4m3(x, INTERPRET: tl.constexpr):
+    """fp32 -> float8e4nv, round to nearest even (no saturation expected: callers' scales
+    keep |x| <= 448)."""
+    if INTERPRET:
+        bits = x.to(tl.int32, bitcast=True)
+        e = tl.maximum(((bits >> 23) & 0xFF) - 127, -6)
+        y = x * pow2(3 - e)
+        y = (y + 12582912.0) - 12582912.0  # 1.5 * 2^23: fp32 adds round y to an integer, ties to even
+        x = y * pow2(e - 3)
+    return x.to(tl.float8e4nv)
+
+
+@triton.jit
+def mma(a, b, acc, INTERPRET: tl.constexpr):
+    """acc + a @ b with fp32 accumulation; FP8 wgmma on the GPU."""
+    if INTERPRET:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    return tl.dot(a, b, acc)

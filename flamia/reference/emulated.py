@@ -1,0 +1,255 @@
+"""Tile-faithful emulation of every recipe, forward and backward (NUMERICS.md 3-6).
+
+The oracle for the Triton kernels and the attention of the training experiment's 4-bit and
+deliberately broken runs. It follows NUMERICS.md's order of operations step by step, so the
+kernels' quantized codes and integer row maxima compare exactly and their outputs differ only
+by fp32 summation order. Vectorized over documents, heads and query rows in the padded
+layout of ``layout.py``; Python loops run over key tiles only, so it also runs on a GPU.
+"""
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from ..formats.hadamard import hadamard_transform
+from ..formats.scales import exp2i
+from ..kernels.configs import TILES, AttnTiles
+from ..recipes import Recipe, resolve_recipe
+from ..scaling import prefix_v_exponent
+from ..spec import AttnSpec
+from .layout import DocLayout, make_layout, tile_multiple
+from .numerics import Numerics, numerics_for
+from .operands import Operand
+
+LOG2E = math.log2(math.e)
+LN2 = math.log(2.0)
+
+
+@dataclass(frozen=True)
+class KeyTile:
+    """The key range [k0, k1) being processed and its visibility mask [B, 1, Lq, k1 - k0]."""
+
+    k0: int
+    k1: int
+    visible: torch.Tensor
+    layout: DocLayout
+
+
+@dataclass
+class EmulatedForward:
+    """Forward results (packed: out [Tq, Hq, D]; lse, m, ro [Hq, Tq] fp32) and what the
+    backward needs. ``p_trace`` (when recorded): per key tile (k0, P values, running m)."""
+
+    out: torch.Tensor
+    lse: torch.Tensor
+    m: torch.Tensor
+    ro: torch.Tensor
+    q_op: Operand
+    k_op: Operand
+    v_op: Operand
+    pv: torch.Tensor
+    inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+    spec: AttnSpec
+    tiles: AttnTiles
+    numerics: Numerics
+    layout: DocLayout
+    p_trace: list = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """Padded per-row operands [B, H, L, D] and factors [B, H, L] shared by both passes."""
+
+    qc: torch.Tensor
+    qs: torch.Tensor  # softmax_scale * log2(e) * query factor (one fp32 rounding)
+    kc: torch.Tensor
+    kf: torch.Tensor
+    vc: torch.Tensor
+    vf: torch.Tensor
+    rf: torch.Tensor  # 2^(sigma - PV)
+
+
+def _tiles(head_dim: int, tiles: AttnTiles | None) -> AttnTiles:
+    return tiles if tiles is not None else TILES.get(head_dim, AttnTiles())
+
+
+def _rows(lay: DocLayout, q_op, k_op, v_op, pv, spec: AttnSpec) -> _Rows:
+    s2 = torch.tensor(spec.softmax_scale * LOG2E, dtype=torch.float32)
+    pv_q = lay.rows_q(pv.repeat_interleave(lay.group, dim=1))
+    return _Rows(qc=lay.rows_q(q_op.codes), qs=lay.rows_q(q_op.factor, fill=1.0) * s2,
+                 kc=lay.rows_k(k_op.codes), kf=lay.rows_k(k_op.factor, fill=1.0),
+                 vc=lay.rows_k(v_op.codes), vf=lay.rows_k(v_op.factor, fill=1.0),
+                 rf=exp2i(spec.recipe.sigma - pv_q))
+
+
+def _scores(r: _Rows, tile: KeyTile) -> torch.Tensor:
+    """x = (S * qs) * kf with S = Q^ K^T over the tile's keys, -inf where not visible.
+    [B, H, Lq, N] fp32 (NUMERICS.md 3, step 1)."""
+    k0, k1 = tile.k0, tile.k1
+    s = r.qc @ r.kc[:, :, k0:k1].transpose(-1, -2)
+    x = (s * r.qs[..., None]) * r.kf[:, :, None, k0:k1]
+    return x.masked_fill(~tile.visible, float("-inf"))
+
+
+def _key_tiles(lay: DocLayout, width: int):
+    for k0 in range(0, lay.lk, width):
+        yield KeyTile(k0, k0 + width, lay.visible(0, lay.lq, k0, k0 + width), lay)
+
+
+def emulate_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False,
+                    softmax_scale=None, window_size=(-1, -1), recipe: "str | Recipe" = "mxfp8",
+                    tiles: AttnTiles | None = None, record_p: bool = False) -> EmulatedForward:
+    """q: [Tq, Hq, D]; k, v: [Tk, Hkv, D] (any float dtype); cu_seqlens int32 [B + 1]."""
+    recipe = resolve_recipe(recipe)
+    d = q.shape[-1]
+    tiles = _tiles(d, tiles)
+    spec = AttnSpec(cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), bool(causal),
+                    float(softmax_scale if softmax_scale is not None else d ** -0.5), tuple(window_size), recipe)
+    num = numerics_for(recipe, d)
+    lay = make_layout(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window_size,
+                      q.shape[1], k.shape[1], tile_multiple(*_tile_sizes(tiles)))
+    q_op, k_op = num.score_operands(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    v_op = num.operand(v, cu_seqlens_k, max_seqlen_k, rotate=False)
+    pv = prefix_v_exponent(v_op.exps, cu_seqlens_q, cu_seqlens_k, q.shape[0], causal, window_size)
+    r = _rows(lay, q_op, k_op, v_op, pv, spec)
+
+    b, h, lq, _ = r.qc.shape
+    m = torch.full((b, h, lq), float("-inf"), device=q.device)
+    l = torch.zeros((b, h, lq), device=q.device)
+    acc = torch.zeros((b, h, lq, d), device=q.device)
+    trace = []
+    for tile in _key_tiles(lay, tiles.fwd_block_n):
+        x = _scores(r, tile)
+        mx = x.amax(-1)
+        m_new = torch.where(mx > m + recipe.tau, torch.ceil(mx), m)
+        alpha = torch.where(m_new == float("-inf"), torch.ones_like(m), torch.exp2(m - m_new))
+        p = num.exp2(x - _finite(m_new)[..., None], forward=True)
+        l = l * alpha + p.sum(-1)
+        pq = num.p_values(p, x, m_new, r.vf[:, :, tile.k0:tile.k1], r.rf, tile, forward=True)
+        acc = acc * alpha[..., None] + pq @ r.vc[:, :, tile.k0:tile.k1]
+        m = m_new
+        if record_p:
+            trace.append((tile.k0, pq, m.clone()))
+
+    valid = m > float("-inf")
+    l_safe = torch.where(valid, l, torch.ones_like(l))
+    pv_q = lay.rows_q(pv.repeat_interleave(lay.group, dim=1))
+    ro = torch.where(valid, exp2i(pv_q - recipe.sigma) / l_safe, torch.zeros_like(l))
+    lse = torch.where(valid, (m + torch.log2(l_safe)) * LN2, torch.full_like(l, float("inf")))
+    m_saved = torch.where(valid, m, torch.full_like(m, float("inf")))
+    tq = q.shape[0]
+    out = lay.packed_q((acc * ro[..., None]).to(q.dtype), tq)
+    stats = [lay.packed_q(t[..., None], tq)[..., 0].transpose(0, 1).contiguous() for t in (lse, m_saved, ro)]
+    return EmulatedForward(out, *stats, q_op, k_op, v_op, pv, (q, k, v), spec, tiles, num, lay, trace)
+
+
+def _finite(m: torch.Tensor) -> torch.Tensor:
+    """Rows without a visible key yet have m = -inf; use 0 there (their x is -inf anyway)."""
+    return torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+
+
+def _tile_sizes(t: AttnTiles) -> tuple[int, ...]:
+    return (t.fwd_block_m, t.fwd_block_n, t.bwd_block_m, t.bwd_block_n, t.dq_block_m, t.dq_block_n)
+
+
+def _rebuild_p(r: _Rows, tile: KeyTile, m: torch.Tensor, num: Numerics) -> torch.Tensor:
+    """The backward's P values of a key tile, relative to the saved final row max m
+    (NUMERICS.md 4, steps 1-2). [B, H, Lq, N] fp32."""
+    x = _scores(r, tile)
+    p = num.exp2(x - m[..., None], forward=False)
+    return num.p_values(p, x, m, r.vf[:, :, tile.k0:tile.k1], r.rf, tile, forward=False)
+
+
+def rebuild_p_trace(fwd: EmulatedForward) -> list[tuple[int, torch.Tensor]]:
+    """The backward's P values for each forward key tile, [(k0, P [B, H, Lq, N])], for the
+    forward/backward consistency check against ``fwd.p_trace``."""
+    lay = fwd.layout
+    r = _rows(lay, fwd.q_op, fwd.k_op, fwd.v_op, fwd.pv, fwd.spec)
+    m = lay.rows_q(fwd.m.transpose(0, 1), fill=float("inf"))
+    return [(t.k0, _rebuild_p(r, t, m, fwd.numerics)) for t in _key_tiles(lay, fwd.tiles.fwd_block_n)]
+
+
+def emulate_backward(fwd: EmulatedForward, do: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dO [Tq, Hq, D] -> (dq [Tq, Hq, D], dk [Tk, Hkv, D], dv [Tk, Hkv, D]) fp32, NUMERICS.md 4."""
+    spec, tiles, num, lay = fwd.spec, fwd.tiles, fwd.numerics, fwd.layout
+    q, k, _ = fwd.inputs
+    r = _rows(lay, fwd.q_op, fwd.k_op, fwd.v_op, fwd.pv, spec)
+    go = num.grad_output(do, fwd.out, fwd.ro, spec.cu_seqlens_q, spec.max_seqlen_q, tiles.bwd_block_m)
+    gq, gk = num.grad_operands(q, k, fwd.q_op, fwd.k_op, spec.cu_seqlens_q, spec.cu_seqlens_k,
+                               spec.max_seqlen_q, spec.max_seqlen_k)
+    doc, dof = lay.rows_q(go.do.codes), lay.rows_q(go.do.factor, fill=1.0)
+    dotc, dotf = lay.rows_q(go.dot.codes), lay.rows_q(go.dot.factor, fill=1.0)
+    delta = lay.rows_q(go.delta.transpose(0, 1))
+    m = lay.rows_q(fwd.m.transpose(0, 1), fill=float("inf"))
+    ro = lay.rows_q(fwd.ro.transpose(0, 1))
+    qgc, qg = lay.rows_q(gq.codes), lay.rows_q(gq.factor, fill=1.0)
+    kgc, kg = lay.rows_k(gk.codes), lay.rows_k(gk.factor, fill=1.0)
+    vinv = 1.0 / r.vf
+
+    b, h, lq, d = r.qc.shape
+    bm, dqn = tiles.bwd_block_m, tiles.dq_block_n
+    chunk = math.lcm(tiles.bwd_block_n, dqn)
+    dq_acc = torch.zeros_like(r.qc)
+    dk_acc = torch.zeros_like(r.kc)
+    dv_acc = torch.zeros_like(r.vc)
+    q_steps = qgc.unflatten(2, (lq // bm, bm))                      # [B, H, T, bm, D]
+    dot_steps = dotc.unflatten(2, (lq // bm, bm))
+    dot_step_f = dotf.unflatten(2, (lq // bm, bm))[..., 0]          # [B, H, T]: constant per step
+    for tile in _key_tiles(lay, chunk):
+        k0, k1 = tile.k0, tile.k1
+        pq = _rebuild_p(r, tile, m, num)
+        pd = (pq * ro[..., None]) * vinv[:, :, None, k0:k1]
+        dp = ((doc @ r.vc[:, :, k0:k1].transpose(-1, -2)) * dof[..., None]) * r.vf[:, :, None, k0:k1]
+        ds = pd * (dp - delta[..., None])
+        g = (ds * qg[..., None]) * kg[:, :, None, k0:k1]            # [B, H, Lq, C]
+
+        g_rows = g.unflatten(-1, (chunk // dqn, dqn))               # [B, H, Lq, S, dqn]
+        e_row = num.grad_exponent(g_rows.abs().amax(-1))            # [B, H, Lq, S]
+        g_dq = num.round_grad(g_rows * exp2i(-e_row)[..., None])
+        k_steps = kgc[:, :, k0:k1].unflatten(2, (chunk // dqn, dqn))  # [B, H, S, dqn, D]
+        dq_acc += (torch.einsum("bhqsn,bhsnd->bhqsd", g_dq, k_steps) * exp2i(e_row)[..., None]).sum(3)
+
+        g_cols = g.unflatten(2, (lq // bm, bm))                     # [B, H, T, bm, C]
+        e_col = num.grad_exponent(g_cols.abs().amax(3))             # [B, H, T, C]
+        g_dk = num.round_grad(g_cols * exp2i(-e_col)[:, :, :, None, :])
+        dk_acc[:, :, k0:k1] += (torch.einsum("bhtmc,bhtmd->bhtcd", g_dk, q_steps) * exp2i(e_col)[..., None]).sum(2)
+        p_steps = pq.unflatten(2, (lq // bm, bm))
+        dv_acc[:, :, k0:k1] += (torch.einsum("bhtmc,bhtmd->bhtcd", p_steps, dot_steps)
+                                * dot_step_f[..., None, None]).sum(2)
+
+    scale = spec.softmax_scale
+    dq = lay.packed_q(dq_acc * (scale * (1.0 / qg))[..., None], q.shape[0])
+    dk = lay.packed_k(dk_acc * (scale * (1.0 / kg))[..., None], k.shape[0])
+    dv = lay.packed_k(dv_acc * vinv[..., None], k.shape[0])
+    if num.hadamard:
+        dq, dk = hadamard_transform(dq), hadamard_transform(dk)
+    return dq, dk, dv
+
+
+class _EmulatedAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, spec: AttnSpec):
+        fwd = emulate_forward(q, k, v, spec.cu_seqlens_q, spec.cu_seqlens_k, spec.max_seqlen_q, spec.max_seqlen_k,
+                              causal=spec.causal, softmax_scale=spec.softmax_scale, window_size=spec.window_size,
+                              recipe=spec.recipe)
+        ctx.fwd = fwd
+        ctx.mark_non_differentiable(fwd.lse)
+        return fwd.out, fwd.lse
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        q, k, v = ctx.fwd.inputs
+        dq, dk, dv = emulate_backward(ctx.fwd, dout.contiguous())
+        ctx.fwd = None
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None
+
+
+def emulated_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
+                       softmax_scale=None, window_size=(-1, -1), recipe="mxfp8", return_lse=False):
+    """Differentiable emulated attention on packed documents. Returns out [Tq, Hq, D] in q's
+    dtype, and lse [Hq, Tq] fp32 (natural log; not differentiable) when ``return_lse``."""
+    spec = AttnSpec(cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), bool(causal),
+                    float(softmax_scale if softmax_scale is not None else q.shape[-1] ** -0.5),
+                    tuple(window_size), resolve_recipe(recipe))
+    out, lse = _EmulatedAttention.apply(q, k, v, spec)
+    return (out, lse) if return_lse else out

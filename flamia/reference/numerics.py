@@ -1,0 +1,101 @@
+"""Per-recipe numerics for the emulator: how operands are quantized and how P, dO and G are
+rounded. The tile loop in ``emulated.py`` is shared by every recipe; a recipe supplies a
+``Numerics`` object. MXFP8 (token-block E4M3) and BF16 live here; the 4-bit recipes extend
+``Numerics`` in ``numerics_fp4.py``.
+"""
+import torch
+
+from ..formats.bitexp import schraudolph_exp2
+from ..formats.e4m3 import E4M3_MAX, round_to_e4m3
+from ..recipes import Recipe
+from ..formats.scales import scale_exponent
+from .operands import GradOutput, Operand, quantize_grad_output, quantize_operand, quantize_per_tensor, row_delta
+
+
+class Numerics:
+    """MXFP8: token-block E4M3 operands, E4M3 P with the V fold, E4M3 G with per-row (dQ) and
+    per-key (dK) power-of-two scales (NUMERICS.md 3-4)."""
+
+    qmax = E4M3_MAX
+
+    def __init__(self, recipe: Recipe, head_dim: int):
+        self.recipe = recipe
+        self.hadamard = recipe.use_hadamard(head_dim)
+
+    # -- operands -------------------------------------------------------------------------
+    def operand(self, x: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int, rotate: bool) -> Operand:
+        """Q, K or V: [T, H, D] -> token-block (or per-tensor) E4M3."""
+        if self.recipe.per_tensor_scales:
+            return quantize_per_tensor(x, rotate)
+        return quantize_operand(x, cu_seqlens, max_seqlen, self.recipe.scale_block, rotate)
+
+    def score_operands(self, q, k, cu_q, cu_k, max_q, max_k) -> tuple[Operand, Operand]:
+        """The representations of Q and K used for the scores (forward and recomputation)."""
+        return (self.operand(q, cu_q, max_q, self.hadamard), self.operand(k, cu_k, max_k, self.hadamard))
+
+    def grad_operands(self, q, k, score_q: Operand, score_k: Operand, cu_q, cu_k, max_q, max_k
+                      ) -> tuple[Operand, Operand]:
+        """The representations of Q and K in dK = G^T Q and dQ = G K (MXFP8: the same codes)."""
+        return score_q, score_k
+
+    def grad_output(self, do, o, ro, cu_q, max_q, step) -> GradOutput:
+        g = quantize_grad_output(do, o, ro, cu_q, max_q, self.recipe.scale_block, step)
+        if not self.recipe.per_tensor_scales:
+            return g
+        do_op = quantize_per_tensor(do)
+        return GradOutput(do_op, g.dot, row_delta(do_op.dequantize(), o))
+
+    # -- rounding ---------------------------------------------------------------------------
+    def exp2(self, x: torch.Tensor, forward: bool) -> torch.Tensor:
+        if forward and self.recipe.fwd_approx_exp:
+            return schraudolph_exp2(x)
+        return torch.exp2(x)
+
+    def p_values(self, p, x, m, vf, rf, tile, forward: bool) -> torch.Tensor:
+        """P as it multiplies V's codes: round((p * vf) * rf). p, x: [B, H, Lq, N]; m, rf:
+        [B, H, Lq]; vf: [B, H, N]; tile: the key tile (for recipes whose P depends on it)."""
+        return self.round_p((p * vf[:, :, None, :]) * rf[..., None])
+
+    def round_p(self, y: torch.Tensor) -> torch.Tensor:
+        """E4M3 probabilities; saturating only when the tau + sigma check was switched off,
+        as the hardware's satfinite convert would."""
+        return round_to_e4m3(y, saturate=not self.recipe.check_saturation)
+
+    def round_grad(self, y: torch.Tensor) -> torch.Tensor:
+        """G (already scaled into range) -> its E4M3 values."""
+        return round_to_e4m3(y)
+
+    def grad_exponent(self, amax: torch.Tensor) -> torch.Tensor:
+        """Power-of-two exponent of a G scale group from its max |G|."""
+        return scale_exponent(amax, self.qmax)
+
+
+class Bf16Numerics(Numerics):
+    """FlashAttention in BF16: operands, P, dO and dS rounded to BF16; no scales."""
+
+    def operand(self, x, cu_seqlens, max_seqlen, rotate):
+        xf = x.to(torch.bfloat16).float()
+        return Operand(xf, torch.zeros(x.shape[:2], dtype=torch.int32, device=x.device))
+
+    def grad_output(self, do, o, ro, cu_q, max_q, step):
+        do_op = self.operand(do, cu_q, max_q, False)
+        dot = self.operand(do.float() * ro.transpose(0, 1)[..., None], cu_q, max_q, False)
+        return GradOutput(do_op, dot, row_delta(do_op.codes, o))
+
+    def round_p(self, y):
+        return y.to(torch.bfloat16).float()
+
+    def round_grad(self, y):
+        return y.to(torch.bfloat16).float()
+
+    def grad_exponent(self, amax):
+        return torch.zeros(amax.shape, dtype=torch.int32, device=amax.device)
+
+
+def numerics_for(recipe: Recipe, head_dim: int) -> Numerics:
+    if recipe.name == "mxfp8":
+        return Numerics(recipe, head_dim)
+    if recipe.name == "bf16":
+        return Bf16Numerics(recipe, head_dim)
+    from .numerics_fp4 import fp4_numerics
+    return fp4_numerics(recipe, head_dim)
