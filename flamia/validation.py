@@ -1,0 +1,165 @@
+"""Input checks of the public API. Every error a user can trigger starts with the argument's
+name (``"cu_seqlens_q: ..."``).
+
+The checks never synchronise with the GPU: shapes, dtypes and devices are host metadata, and
+the *values* of ``cu_seqlens`` are read only when ``validate_values`` is set. It defaults to
+True for CPU tensors (reading them is free) and False for CUDA tensors (reading them would
+stall the stream); pass True to check CUDA inputs while debugging.
+"""
+import math
+import numbers
+
+import torch
+
+from .kernels.configs import SUPPORTED_HEAD_DIMS
+from .recipes import Recipe
+
+INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+BACKENDS = ("triton", "reference")
+REFERENCE_MAX_HEAD_DIM = 256
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def _check_tensor(name: str, x, ndim: int, layout: str) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != ndim:
+        raise ValueError(f"{name}: expected a {ndim}-D tensor {layout}, got shape {tuple(x.shape)}")
+    if x.dtype not in INPUT_DTYPES:
+        raise ValueError(f"{name}: dtype must be one of {INPUT_DTYPES}, got {x.dtype}")
+    if x.stride(-1) != 1:
+        raise ValueError(f"{name}: the head dim (last axis) must be contiguous, stride 1, got strides "
+                         f"{x.stride()}; pass {name}.contiguous()")
+
+
+def check_qkv(q, k, v, ndim: int) -> None:
+    """q: [..., Hq, D], k and v: [..., Hkv, D] with ``ndim`` axes (3 packed, 4 batched); the
+    leading axes of k and v agree, no axis is empty, Hq is a multiple of Hkv, one dtype and
+    one device."""
+    layout = "(total_tokens, heads, head_dim)" if ndim == 3 else "(batch, seqlen, heads, head_dim)"
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        _check_tensor(name, x, ndim, layout)
+    for name, x in (("k", k), ("v", v)):
+        if x.dtype != q.dtype:
+            raise ValueError(f"{name}: dtype {x.dtype} differs from q's {q.dtype}")
+        if x.device != q.device:
+            raise ValueError(f"{name}: on {x.device} but q is on {q.device}")
+        if x.shape[-1] != q.shape[-1]:
+            raise ValueError(f"{name}: head_dim {x.shape[-1]} differs from q's {q.shape[-1]}")
+    if v.shape != k.shape:
+        raise ValueError(f"v: shape {tuple(v.shape)} differs from k's {tuple(k.shape)} "
+                         "(same tokens and heads expected)")
+    for name, x in (("q", q), ("k", k)):
+        if 0 in x.shape:
+            raise ValueError(f"{name}: every axis must be non-empty, got shape {tuple(x.shape)}")
+    if q.shape[-2] % k.shape[-2]:
+        raise ValueError(f"k: q's {q.shape[-2]} heads are not a multiple of k's {k.shape[-2]} heads")
+
+
+def check_batched(q: torch.Tensor, k: torch.Tensor) -> None:
+    """Batched inputs (after check_qkv): one batch size for q and k."""
+    if k.shape[0] != q.shape[0]:
+        raise ValueError(f"k: batch size {k.shape[0]} differs from q's {q.shape[0]}")
+
+
+def _check_cu_seqlens(name: str, cu, q: torch.Tensor) -> None:
+    if not isinstance(cu, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(cu).__name__}")
+    if cu.dtype != torch.int32:
+        raise ValueError(f"{name}: dtype must be torch.int32, got {cu.dtype}")
+    if cu.dim() != 1 or cu.numel() < 2:
+        raise ValueError(f"{name}: expected a 1-D tensor [num_docs + 1] with at least 2 entries, "
+                         f"got shape {tuple(cu.shape)}")
+    if cu.device != q.device:
+        raise ValueError(f"{name}: on {cu.device} but q is on {q.device}")
+
+
+def _check_cu_values(name: str, cu: torch.Tensor, total: int, max_name: str, max_seqlen: int) -> None:
+    """Reads the values (a host copy): only call where that cannot stall a GPU stream."""
+    starts = cu.tolist()
+    if starts[0] != 0:
+        raise ValueError(f"{name}: first entry must be 0, got {starts[0]}")
+    lengths = [b - a for a, b in zip(starts, starts[1:])]
+    if min(lengths) < 0:
+        at = min(range(len(lengths)), key=lengths.__getitem__)
+        raise ValueError(f"{name}: must be non-decreasing, but entry {at + 1} ({starts[at + 1]}) "
+                         f"< entry {at} ({starts[at]})")
+    if starts[-1] != total:
+        raise ValueError(f"{name}: last entry {starts[-1]} must equal the number of packed tokens {total}")
+    if max(lengths) > max_seqlen:
+        raise ValueError(f"{max_name}: {max_seqlen} is smaller than the longest document ({max(lengths)})")
+
+
+def _check_scalars(max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size, return_lse) -> None:
+    for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if not _is_int(value):
+            raise TypeError(f"{name}: expected a positive int, got {type(value).__name__}")
+        if value <= 0:
+            raise ValueError(f"{name}: expected a positive int, got {value}")
+    for name, value in (("causal", causal), ("return_lse", return_lse)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
+    if softmax_scale is not None:
+        if not isinstance(softmax_scale, numbers.Real) or isinstance(softmax_scale, bool):
+            raise TypeError(f"softmax_scale: expected None or a number, got {type(softmax_scale).__name__}")
+        if not (math.isfinite(softmax_scale) and softmax_scale > 0):
+            raise ValueError(f"softmax_scale: expected a positive finite number, got {softmax_scale!r}")
+    if not (isinstance(window_size, (tuple, list)) and len(window_size) == 2
+            and all(_is_int(w) and w >= -1 for w in window_size)):
+        raise ValueError(f"window_size: expected a pair (left, right) of ints >= -1 (-1 = unbounded), "
+                         f"got {window_size!r}")
+
+
+def check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
+                 softmax_scale, window_size, return_lse, validate_values) -> None:
+    """All arguments of flash_attn_varlen_func except recipe and backend (see module doc)."""
+    check_qkv(q, k, v, ndim=3)
+    _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q)
+    _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, q)
+    if cu_seqlens_k.numel() != cu_seqlens_q.numel():
+        raise ValueError(f"cu_seqlens_k: {cu_seqlens_k.numel()} entries but cu_seqlens_q has "
+                         f"{cu_seqlens_q.numel()}: both need one per document plus one")
+    _check_scalars(max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size, return_lse)
+    if validate_values is not None and not isinstance(validate_values, bool):
+        raise TypeError(f"validate_values: expected None or a bool, got {type(validate_values).__name__}")
+    if validate_values is None:
+        validate_values = cu_seqlens_q.device.type == "cpu"
+    if validate_values:
+        _check_cu_values("cu_seqlens_q", cu_seqlens_q, q.shape[0], "max_seqlen_q", max_seqlen_q)
+        _check_cu_values("cu_seqlens_k", cu_seqlens_k, k.shape[0], "max_seqlen_k", max_seqlen_k)
+
+
+def resolve_backend(backend, recipe: Recipe, q: torch.Tensor) -> str:
+    """None -> "triton" for the plain mxfp8 recipe on CUDA, else "reference" (the emulator);
+    an explicit "triton" must be runnable: CUDA tensors and the plain mxfp8 recipe."""
+    if backend is None:
+        return "triton" if q.is_cuda and recipe.name == "mxfp8" and not recipe.is_ablation else "reference"
+    if not isinstance(backend, str):
+        raise TypeError(f"backend: expected None or a name, got {type(backend).__name__}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: unknown backend {backend!r}; choose one of {BACKENDS} or None")
+    if backend == "triton":
+        if recipe.name != "mxfp8":
+            raise ValueError(f"backend: 'triton' runs the mxfp8 recipe only, got {recipe.name!r}; "
+                             "use backend='reference'")
+        if recipe.is_ablation:
+            raise ValueError("backend: 'triton' does not run ablation recipes; use backend='reference'")
+        if not q.is_cuda:
+            raise ValueError(f"backend: 'triton' needs CUDA tensors, q is on {q.device}; "
+                             "use backend='reference' (the emulator) on the CPU")
+    return backend
+
+
+def check_head_dim(head_dim: int, backend: str, recipe: Recipe) -> None:
+    """The backend's head dims; Recipe.use_hadamard raises (naming ``recipe``) when the
+    recipe asks for a Hadamard rotation the head dim has no matrix for."""
+    if backend == "triton" and head_dim not in SUPPORTED_HEAD_DIMS:
+        raise ValueError(f"q: head_dim {head_dim} is not supported by the triton backend "
+                         f"{SUPPORTED_HEAD_DIMS}; backend='reference' runs any multiple of 16 up to 256")
+    if backend == "reference" and (head_dim % 16 or not 0 < head_dim <= REFERENCE_MAX_HEAD_DIM):
+        raise ValueError(f"q: head_dim must be a multiple of 16 up to {REFERENCE_MAX_HEAD_DIM} "
+                         f"for the reference backend, got {head_dim}")
+    recipe.use_hadamard(head_dim)

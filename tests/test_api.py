@@ -1,0 +1,241 @@
+"""The public API: every bad input is refused naming its argument; defaults resolve as
+documented; the batched entry point is the varlen one on equal-length documents."""
+import math
+import sys
+import types
+
+import pytest
+import torch
+
+import flamia
+from flamia import RECIPES, Recipe, exact_attention, flash_attn_func, flash_attn_varlen_func
+from flamia.validation import check_head_dim, resolve_backend
+
+LENGTHS = [5, 0, 7]
+HQ, HKV, D = 4, 2, 32
+
+
+def cu_seqlens(lengths, dtype=torch.int32):
+    return torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=dtype)
+
+
+def varlen_args(head_dim=D, dtype=torch.bfloat16):
+    gen = torch.Generator().manual_seed(0)
+    total = sum(LENGTHS)
+    return dict(
+        q=torch.randn(total, HQ, head_dim, generator=gen).to(dtype),
+        k=torch.randn(total, HKV, head_dim, generator=gen).to(dtype),
+        v=torch.randn(total, HKV, head_dim, generator=gen).to(dtype),
+        cu_seqlens_q=cu_seqlens(LENGTHS), cu_seqlens_k=cu_seqlens(LENGTHS),
+        max_seqlen_q=max(LENGTHS), max_seqlen_k=max(LENGTHS))
+
+
+def batched_args(batch=2, seq_q=6, seq_k=9, dtype=torch.bfloat16):
+    gen = torch.Generator().manual_seed(1)
+    return dict(q=torch.randn(batch, seq_q, HQ, D, generator=gen).to(dtype),
+                k=torch.randn(batch, seq_k, HKV, D, generator=gen).to(dtype),
+                v=torch.randn(batch, seq_k, HKV, D, generator=gen).to(dtype))
+
+
+def last_dim_strided(x):
+    """Same values, head dim not contiguous."""
+    return x.transpose(-1, -2).contiguous().transpose(-1, -2)
+
+
+def with_(**changes):
+    return lambda a: {**a, **changes}
+
+
+def changed(name, fn):
+    return lambda a: {**a, name: fn(a[name])}
+
+
+ABLATION = Recipe("mxfp8", fwd_approx_exp=True)
+
+# id: (change to the good varlen arguments, exception, argument named first in the message)
+VARLEN_CASES = {
+    "q_not_tensor": (changed("q", lambda x: x.tolist()), TypeError, "q"),
+    "k_not_tensor": (with_(k=None), TypeError, "k"),
+    "v_not_tensor": (changed("v", lambda x: x.float().numpy()), TypeError, "v"),
+    "q_float64": (changed("q", lambda x: x.double()), ValueError, "q"),
+    "all_int8": (lambda a: {**a, **{n: a[n].to(torch.int8) for n in "qkv"}}, ValueError, "q"),
+    "k_dtype_mismatch": (changed("k", lambda x: x.half()), ValueError, "k"),
+    "v_dtype_mismatch": (changed("v", lambda x: x.float()), ValueError, "v"),
+    "q_4d": (changed("q", lambda x: x[None]), ValueError, "q"),
+    "v_2d": (changed("v", lambda x: x[:, 0]), ValueError, "v"),
+    "k_head_dim": (changed("k", lambda x: x[..., :16]), ValueError, "k"),
+    "v_head_dim": (changed("v", lambda x: x[..., :16].contiguous()), ValueError, "v"),
+    "head_dim_not_multiple_of_16": (lambda a: varlen_args(head_dim=24), ValueError, "q"),
+    "head_dim_over_256": (lambda a: varlen_args(head_dim=272), ValueError, "q"),
+    "hadamard_head_dim": (with_(recipe=Recipe("mxfp8", hadamard=True)), ValueError, "recipe"),
+    "heads_not_divisible": (changed("q", lambda x: x[:, :3]), ValueError, "k"),
+    "kv_heads_differ": (changed("v", lambda x: x[:, :1]), ValueError, "v"),
+    "kv_tokens_differ": (changed("v", lambda x: x[:-1]), ValueError, "v"),
+    "q_no_tokens": (lambda a: {**a, "q": a["q"][:0], "cu_seqlens_q": cu_seqlens([0, 0, 0])}, ValueError, "q"),
+    "k_no_heads": (lambda a: {**a, "k": a["k"][:, :0], "v": a["v"][:, :0]}, ValueError, "k"),
+    "k_other_device": (changed("k", lambda x: x.to("meta")), ValueError, "k"),
+    "v_other_device": (changed("v", lambda x: x.to("meta")), ValueError, "v"),
+    "q_head_dim_strided": (changed("q", last_dim_strided), ValueError, "q"),
+    "v_head_dim_strided": (changed("v", last_dim_strided), ValueError, "v"),
+    "cu_q_int64": (with_(cu_seqlens_q=cu_seqlens(LENGTHS, torch.int64)), ValueError, "cu_seqlens_q"),
+    "cu_k_not_tensor": (with_(cu_seqlens_k=[0, 5, 5, 12]), TypeError, "cu_seqlens_k"),
+    "cu_k_2d": (changed("cu_seqlens_k", lambda x: x[None]), ValueError, "cu_seqlens_k"),
+    "cu_q_one_entry": (changed("cu_seqlens_q", lambda x: x[:1]), ValueError, "cu_seqlens_q"),
+    "cu_q_other_device": (changed("cu_seqlens_q", lambda x: x.to("meta")), ValueError, "cu_seqlens_q"),
+    "cu_q_first_not_zero": (with_(cu_seqlens_q=torch.tensor([1, 5, 5, 12], dtype=torch.int32)),
+                            ValueError, "cu_seqlens_q"),
+    "cu_k_decreasing": (with_(cu_seqlens_k=torch.tensor([0, 7, 5, 12], dtype=torch.int32)),
+                        ValueError, "cu_seqlens_k"),
+    "cu_k_last_not_total": (with_(cu_seqlens_k=torch.tensor([0, 5, 5, 11], dtype=torch.int32)),
+                            ValueError, "cu_seqlens_k"),
+    "cu_lengths_differ": (with_(cu_seqlens_k=cu_seqlens([5, 7])), ValueError, "cu_seqlens_k"),
+    "max_seqlen_q_zero": (with_(max_seqlen_q=0), ValueError, "max_seqlen_q"),
+    "max_seqlen_k_float": (with_(max_seqlen_k=7.0), TypeError, "max_seqlen_k"),
+    "max_seqlen_q_bool": (with_(max_seqlen_q=True), TypeError, "max_seqlen_q"),
+    "max_seqlen_q_too_small": (with_(max_seqlen_q=6), ValueError, "max_seqlen_q"),
+    "max_seqlen_k_too_small": (with_(max_seqlen_k=4), ValueError, "max_seqlen_k"),
+    "softmax_scale_zero": (with_(softmax_scale=0.0), ValueError, "softmax_scale"),
+    "softmax_scale_negative": (with_(softmax_scale=-0.1), ValueError, "softmax_scale"),
+    "softmax_scale_inf": (with_(softmax_scale=math.inf), ValueError, "softmax_scale"),
+    "softmax_scale_nan": (with_(softmax_scale=math.nan), ValueError, "softmax_scale"),
+    "softmax_scale_str": (with_(softmax_scale="0.1"), TypeError, "softmax_scale"),
+    "window_below_minus_one": (with_(window_size=(-2, 0)), ValueError, "window_size"),
+    "window_one_entry": (with_(window_size=(4,)), ValueError, "window_size"),
+    "window_float": (with_(window_size=(4.0, 0)), ValueError, "window_size"),
+    "window_int": (with_(window_size=4), ValueError, "window_size"),
+    "causal_int": (with_(causal=1), TypeError, "causal"),
+    "return_lse_str": (with_(return_lse="yes"), TypeError, "return_lse"),
+    "recipe_unknown": (with_(recipe="mxfp9"), ValueError, "recipe"),
+    "recipe_wrong_type": (with_(recipe=8), TypeError, "recipe"),
+    "backend_unknown": (with_(backend="cuda"), ValueError, "backend"),
+    "backend_wrong_type": (with_(backend=1), TypeError, "backend"),
+    "triton_without_cuda": (with_(backend="triton"), ValueError, "backend"),
+    "triton_nvfp4": (with_(backend="triton", recipe="nvfp4"), ValueError, "backend"),
+    "triton_ablation": (with_(backend="triton", recipe=ABLATION), ValueError, "backend"),
+    "validate_values_str": (with_(validate_values="yes"), TypeError, "validate_values"),
+}
+
+BATCHED_CASES = {
+    "q_3d": (changed("q", lambda x: x[0]), ValueError, "q"),
+    "k_strided": (changed("k", last_dim_strided), ValueError, "k"),
+    "batch_differs": (lambda a: {**a, "k": a["k"][:1], "v": a["v"][:1]}, ValueError, "k"),
+    "v_seqlen_differs": (changed("v", lambda x: x[:, :-1]), ValueError, "v"),
+    "q_empty_sequence": (changed("q", lambda x: x[:, :0]), ValueError, "q"),
+    "k_empty_sequence": (lambda a: {**a, "k": a["k"][:, :0], "v": a["v"][:, :0]}, ValueError, "k"),
+    "batched_recipe_unknown": (with_(recipe="fp8"), ValueError, "recipe"),
+    "batched_window": (with_(window_size=(1, 2, 3)), ValueError, "window_size"),
+}
+
+
+@pytest.fixture
+def spy_reference(monkeypatch):
+    """Stands in for flamia.reference.emulated: records every call and answers with the exact
+    reference in the emulator's output dtypes (out in q's dtype, lse fp32)."""
+    calls = []
+
+    def emulated_attention(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window, recipe, return_lse):
+        calls.append(dict(max_seqlen=(max_q, max_k), causal=causal, scale=scale, window=window,
+                          recipe=recipe, return_lse=return_lse))
+        out, lse = exact_attention(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window)
+        return (out.to(q.dtype), lse.float()) if return_lse else out.to(q.dtype)
+
+    module = types.ModuleType("flamia.reference.emulated")
+    module.emulated_attention = emulated_attention
+    monkeypatch.setitem(sys.modules, "flamia.reference.emulated", module)
+    return calls
+
+
+def assert_raises_naming(fn, kwargs, exc, name):
+    with pytest.raises(exc) as info:
+        fn(**kwargs)
+    assert str(info.value).startswith(f"{name}: "), str(info.value)
+
+
+@pytest.mark.parametrize("case", list(VARLEN_CASES))
+def test_varlen_bad_input(case, spy_reference):
+    change, exc, name = VARLEN_CASES[case]
+    assert_raises_naming(flash_attn_varlen_func, change(varlen_args()), exc, name)
+    assert not spy_reference, "a refused call must not reach a backend"
+
+
+@pytest.mark.parametrize("case", list(BATCHED_CASES))
+def test_batched_bad_input(case, spy_reference):
+    change, exc, name = BATCHED_CASES[case]
+    assert_raises_naming(flash_attn_func, change(batched_args()), exc, name)
+    assert not spy_reference
+
+
+def test_good_inputs_reach_the_reference_with_defaults_resolved(spy_reference):
+    args = varlen_args()
+    out = flash_attn_varlen_func(**args, window_size=[3, -1])
+    (call,) = spy_reference
+    assert call["scale"] == 1 / math.sqrt(D) and call["recipe"] is RECIPES["mxfp8"]
+    assert call["window"] == (3, -1) and call["causal"] is False and call["return_lse"] is False
+    assert out.shape == args["q"].shape and out.dtype == torch.bfloat16
+
+
+def test_value_checks_follow_validate_values(spy_reference):
+    bad = {**varlen_args(), "cu_seqlens_k": torch.tensor([0, 5, 5, 11], dtype=torch.int32)}
+    # Lengths stay within max_seqlen_k and rows within k, so the unchecked call is harmless.
+    flash_attn_varlen_func(**bad, validate_values=False)
+    assert len(spy_reference) == 1
+    assert_raises_naming(flash_attn_varlen_func, {**bad, "validate_values": True}, ValueError, "cu_seqlens_k")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_batched_equals_varlen(causal, spy_reference):
+    args = batched_args(batch=3, seq_q=6, seq_k=9)
+    q, k, v = args["q"], args["k"], args["v"]
+    out, lse = flash_attn_func(q, k, v, causal=causal, softmax_scale=0.2, recipe="bf16", return_lse=True)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    assert lse.shape == (3, HQ, 6) and lse.dtype == torch.float32
+    for b in range(3):
+        one = torch.tensor([0, 6], dtype=torch.int32), torch.tensor([0, 9], dtype=torch.int32)
+        ref_out, ref_lse = flash_attn_varlen_func(q[b], k[b], v[b], *one, 6, 9, causal=causal,
+                                                  softmax_scale=0.2, recipe="bf16", return_lse=True)
+        assert torch.equal(out[b], ref_out) and torch.equal(lse[b], ref_lse)
+    assert spy_reference[0]["max_seqlen"] == (6, 9) and spy_reference[0]["recipe"] is RECIPES["bf16"]
+
+
+def test_batched_with_emulator():
+    args = batched_args(batch=2, seq_q=40, seq_k=40)
+    args = {n: x.requires_grad_() for n, x in args.items()}
+    out, lse = flash_attn_func(**args, causal=True, recipe="bf16", backend="reference", return_lse=True)
+    assert out.shape == args["q"].shape and out.dtype == torch.bfloat16
+    assert lse.shape == (2, HQ, 40) and lse.dtype == torch.float32
+    flat = {n: x.detach().flatten(0, 1) for n, x in args.items()}
+    cu = torch.tensor([0, 40, 80], dtype=torch.int32)
+    ref = flash_attn_varlen_func(**flat, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=40, max_seqlen_k=40,
+                                 causal=True, recipe="bf16", backend="reference")
+    assert torch.equal(out.flatten(0, 1), ref)
+    out.float().sum().backward()
+    assert all(x.grad is not None and x.grad.shape == x.shape for x in args.values())
+
+
+def test_backend_resolution_on_cpu():
+    q = torch.zeros(4, 2, 64)
+    for recipe in RECIPES.values():
+        assert resolve_backend(None, recipe, q) == "reference"
+    assert resolve_backend("reference", RECIPES["mxfp8"], q) == "reference"
+
+
+def test_triton_head_dims():
+    with pytest.raises(ValueError, match=r"^q: head_dim 96"):
+        check_head_dim(96, "triton", RECIPES["mxfp8"])
+    check_head_dim(96, "reference", RECIPES["mxfp8"])
+    check_head_dim(128, "triton", RECIPES["mxfp8"])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_backend_resolution_on_cuda():
+    q = torch.zeros(4, 2, 64, device="cuda")
+    assert resolve_backend(None, RECIPES["mxfp8"], q) == "triton"
+    assert resolve_backend(None, RECIPES["nvfp4"], q) == "reference"
+    assert resolve_backend(None, ABLATION, q) == "reference"
+    assert resolve_backend("triton", RECIPES["mxfp8"], q) == "triton"
+
+
+def test_public_surface():
+    for name in flamia.__all__:
+        assert hasattr(flamia, name), name
