@@ -48,7 +48,7 @@ def to_e4m3(x, INTERPRET: tl.constexpr):
         e = tl.maximum(((bits >> 23) & 0xFF) - 127, -6)
         y = x * pow2(3 - e)
         y = (y + 12582912.0) - 12582912.0  # 1.5 * 2^23: fp32 adds round y to an integer, ties to even
-        x = y * pow2(e - 3)
+        x = tl.where(y == 0, x * 0.0, y * pow2(e - 3))  # keep the sign of a value rounded to 0, as the hardware
     return x.to(tl.float8e4nv)
 
 

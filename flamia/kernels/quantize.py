@@ -1,0 +1,246 @@
+"""The fused token-block E4M3 quantizer of the MXFP8 route (NUMERICS.md 2 and 4).
+
+One launch reads an operand once and writes every orientation the attention kernels need:
+row-major codes [T, H, D] (K-major for products over the head dim), transposed codes
+[H, D, T_pad] (K-major for products over tokens) and dense per-token exponents [T, H]. The
+dO launch adds the second representation dOt^ and the softmax-gradient row term D.
+
+Programs map to (unit, document, head) through the grid (cdiv(max_seqlen, UNIT), num_docs, H):
+a unit is UNIT consecutive tokens starting at its document's start plus a multiple of UNIT,
+so it holds whole scale blocks of one document, and programs past their document's end
+return. Nothing is read back to the host. ``cu_seqlens[-1]`` must equal T (rows outside every
+document are not written) and no document may be longer than ``max_seqlen``.
+The torch reference these match bit for bit is ``flamia/reference/operands.py``.
+"""
+import math
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from ..formats.hadamard import HADAMARD_DIMS
+from .fp8 import E4M3_EQ, E4M3_MQ, interpreting, pow2, scale_exponent, to_e4m3
+
+# Tokens per program of quantize_operand: two 32-token blocks; a [64, 128] bf16 tile is 16 KiB.
+OPERAND_UNIT = 64
+# The transposed codes pad T to this many tokens so that every row starts 16-byte aligned (TMA).
+T_ALIGN = 16
+INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+@dataclass(frozen=True)
+class KernelOperand:
+    """A token-block E4M3 operand as the attention kernels read it.
+    codes: [T, H, D] float8_e4m3fn; codes_t: [H, D, T_pad] float8_e4m3fn, the same codes with
+    tokens contiguous (zero past T), or None; exps: [T, H] int8, value = codes * 2^exps."""
+
+    codes: torch.Tensor
+    codes_t: torch.Tensor | None
+    exps: torch.Tensor
+
+
+@dataclass(frozen=True)
+class KernelGradOutput:
+    """What the dO launch writes (NUMERICS.md 4).
+    do_codes: [T, H, D] float8_e4m3fn and do_exps: [T, H] int8, dO^ in token blocks;
+    dot_codes_t: [H, D, T_pad] float8_e4m3fn, e4m3((dO * ro) * 2^-edOt), zero past T;
+    dot_exps: [T, H] int8, edOt, one per (query step, head) repeated per token;
+    delta: [H, T] fp32, D(i) = sum_d (dO^ * 2^edO)(i, d) * O(i, d)."""
+
+    do_codes: torch.Tensor
+    do_exps: torch.Tensor
+    dot_codes_t: torch.Tensor
+    dot_exps: torch.Tensor
+    delta: torch.Tensor
+
+
+@triton.jit
+def _butterfly(b_x, DIST: tl.constexpr):
+    """One Walsh-Hadamard stage on the last axis of b_x [U, D]: the pair (a, b) at distance
+    DIST (a's index has bit DIST clear) becomes (a + b, a - b)."""
+    U: tl.constexpr = b_x.shape[0]
+    D: tl.constexpr = b_x.shape[1]
+    # [U, D / (2 DIST), DIST, 2]: the pair axis last, where split/join work.
+    b_y = tl.permute(tl.reshape(b_x, [U, D // (2 * DIST), 2, DIST]), [0, 1, 3, 2])
+    b_a, b_b = tl.split(b_y)  # [U, D / (2 DIST), DIST]
+    b_y = tl.permute(tl.join(b_a + b_b, b_a - b_b), [0, 1, 3, 2])
+    return tl.reshape(b_y, [U, D])
+
+
+@triton.jit
+def _block_codes(b_x, BLOCK: tl.constexpr, INTERPRET: tl.constexpr):
+    """E4M3 codes of b_x [U, D] fp32 with one exponent per BLOCK consecutive rows (rows past
+    the document's end must hold zeros). Returns (codes [U, D] fp8, exponents [U] int32)."""
+    U: tl.constexpr = b_x.shape[0]
+    b_amax = tl.reshape(tl.max(tl.abs(b_x), axis=1), [U // BLOCK, BLOCK])
+    b_amax = tl.broadcast_to(tl.max(b_amax, axis=1, keep_dims=True), [U // BLOCK, BLOCK])
+    b_e = scale_exponent(tl.reshape(b_amax, [U]), E4M3_EQ, E4M3_MQ)  # [U]
+    return to_e4m3(b_x * pow2(-b_e)[:, None], INTERPRET), b_e
+
+
+@triton.jit
+def _unit_rows(cu_seqlens, UNIT: tl.constexpr):
+    """Packed rows of this program's unit: (first row, end of its document, rows [UNIT],
+    valid [UNIT]); int64."""
+    doc = tl.program_id(1)
+    start = tl.load(cu_seqlens + doc).to(tl.int64) + tl.program_id(0).to(tl.int64) * UNIT
+    end = tl.load(cu_seqlens + doc + 1).to(tl.int64)
+    o_t = start + tl.arange(0, UNIT)
+    return start, end, o_t, o_t < end
+
+
+@triton.jit
+def _row_offsets(o_t, h, H, D: tl.constexpr):
+    """Element offsets [UNIT, D] of rows o_t, head h in a contiguous [T, H, D] tensor."""
+    return (o_t[:, None] * H + h) * D + tl.arange(0, D)[None, :]
+
+
+@triton.jit
+def _col_offsets(o_t, h, T_pad, D: tl.constexpr):
+    """Element offsets [D, len(o_t)] of tokens o_t, head h in a [H, D, T_pad] tensor."""
+    return (h * D + tl.arange(0, D).to(tl.int64)[:, None]) * T_pad + o_t[None, :]
+
+
+@triton.jit
+def _store_transposed(p_t, b_codes, o_t, m_t, h, T_pad, D: tl.constexpr):
+    """Store b_codes [UNIT, D] at tokens o_t (valid where m_t) of head h of a [H, D, T_pad] tensor."""
+    tl.store(p_t + _col_offsets(o_t, h, T_pad, D), tl.trans(b_codes), mask=m_t[None, :])
+
+
+@triton.jit
+def _zero_tail(p_t, h, T, T_pad, D: tl.constexpr, T_ALIGN: tl.constexpr):
+    """Zero tokens [T, T_pad) of head h of a [H, D, T_pad] tensor (one program per head), so
+    that kernels loading whole padded tiles read codes 0 (uninitialised bytes may be NaNs)."""
+    if (tl.program_id(0) == 0) & (tl.program_id(1) == 0):
+        o_t = T + tl.arange(0, T_ALIGN)
+        b_zero = tl.zeros([D, T_ALIGN], dtype=tl.float8e4nv)
+        tl.store(p_t + _col_offsets(o_t, h, T_pad, D), b_zero, mask=(o_t < T_pad)[None, :])
+
+
+@triton.jit
+def _quantize_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, T, T_pad, H, inv_sqrt_d,
+                             D: tl.constexpr, UNIT: tl.constexpr, BLOCK: tl.constexpr,
+                             HADAMARD_STAGES: tl.constexpr, TRANSPOSED: tl.constexpr,
+                             T_ALIGN: tl.constexpr, INTERPRET: tl.constexpr):
+    h = tl.program_id(2).to(tl.int64)
+    if TRANSPOSED:
+        _zero_tail(p_codes_t, h, T, T_pad, D, T_ALIGN)
+    start, end, o_t, m_t = _unit_rows(cu_seqlens, UNIT)
+    if start >= end:
+        return
+    o_x = _row_offsets(o_t, h, H, D)  # [UNIT, D]
+    # Rows past the document's end load as zeros: they add nothing to a block maximum.
+    b_x = tl.load(p_x + o_x, mask=m_t[:, None], other=0.0).to(tl.float32)  # [UNIT, D]
+    if HADAMARD_STAGES > 0:
+        for s in tl.static_range(HADAMARD_STAGES):
+            b_x = _butterfly(b_x, 1 << s)
+        b_x = b_x * inv_sqrt_d
+    b_codes, b_e = _block_codes(b_x, BLOCK, INTERPRET)
+    tl.store(p_codes + o_x, b_codes, mask=m_t[:, None])
+    tl.store(p_exps + o_t * H + h, b_e.to(tl.int8), mask=m_t)
+    if TRANSPOSED:
+        _store_transposed(p_codes_t, b_codes, o_t, m_t, h, T_pad, D)
+
+
+@triton.jit
+def _quantize_grad_output_kernel(p_do, p_o, p_ro, p_do_codes, p_do_exps, p_dot_t, p_dot_exps, p_delta,
+                                 cu_seqlens, T, T_pad, H, D: tl.constexpr, STEP: tl.constexpr,
+                                 BLOCK: tl.constexpr, T_ALIGN: tl.constexpr, INTERPRET: tl.constexpr):
+    h = tl.program_id(2).to(tl.int64)
+    _zero_tail(p_dot_t, h, T, T_pad, D, T_ALIGN)
+    start, end, o_t, m_t = _unit_rows(cu_seqlens, STEP)
+    if start >= end:
+        return
+    o_x = _row_offsets(o_t, h, H, D)  # [STEP, D]
+    b_do = tl.load(p_do + o_x, mask=m_t[:, None], other=0.0).to(tl.float32)  # [STEP, D]
+    b_codes, b_e = _block_codes(b_do, BLOCK, INTERPRET)
+    tl.store(p_do_codes + o_x, b_codes, mask=m_t[:, None])
+    tl.store(p_do_exps + o_t * H + h, b_e.to(tl.int8), mask=m_t)
+    # D from the same quantized dO that dP uses: (codes * 2^edO) * O, summed over the head dim.
+    b_o = tl.load(p_o + o_x, mask=m_t[:, None], other=0.0).to(tl.float32)  # [STEP, D]
+    b_delta = tl.sum((b_codes.to(tl.float32) * pow2(b_e)[:, None]) * b_o, axis=1)  # [STEP]
+    tl.store(p_delta + h * T + o_t, b_delta, mask=m_t)
+    # dOt^: the per-query factor ro folded in, one exponent over the whole query step.
+    b_ro = tl.load(p_ro + h * T + o_t, mask=m_t, other=0.0)  # [STEP]
+    b_dot, b_et = _block_codes(b_do * b_ro[:, None], STEP, INTERPRET)
+    tl.store(p_dot_exps + o_t * H + h, b_et.to(tl.int8), mask=m_t)
+    _store_transposed(p_dot_t, b_dot, o_t, m_t, h, T_pad, D)
+
+
+def _check_rows(x: torch.Tensor, name: str) -> None:
+    if x.dim() != 3 or x.dtype not in INPUT_DTYPES or not x.is_contiguous():
+        raise ValueError(f"{name}: expected a contiguous [T, H, D] tensor of dtype in {INPUT_DTYPES}, "
+                         f"got shape {tuple(x.shape)}, dtype {x.dtype}, contiguous={x.is_contiguous()}")
+    d = x.shape[2]
+    if d < 16 or d & (d - 1):
+        raise ValueError(f"{name}: head dim must be a power of two >= 16, got {d}")
+
+
+def _check_divisor(n: int, of: int, name: str) -> None:
+    """n must be a power of two (a tl.arange extent or a reshape factor) dividing ``of``."""
+    if n < 1 or n & (n - 1) or of % n:
+        raise ValueError(f"{name}: must be a power of two dividing {of}, got {n}")
+
+
+def _grid(max_seqlen: int, unit: int, cu_seqlens: torch.Tensor, heads: int) -> tuple[int, int, int]:
+    """(units of the longest document, documents, heads): host integers only, no sync."""
+    return triton.cdiv(max(int(max_seqlen), 1), unit), cu_seqlens.numel() - 1, heads
+
+
+def _padded(total: int) -> int:
+    """T_pad: the token extent of the transposed codes."""
+    return triton.cdiv(total, T_ALIGN) * T_ALIGN
+
+
+def quantize_operand(x: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int, block: int = 32,
+                     hadamard: bool = False, transposed: bool = True) -> KernelOperand:
+    """Q, K or V -> token-block E4M3 in one launch. x: [T, H, D] bf16/fp16/fp32, contiguous;
+    cu_seqlens: int32 [num_docs + 1] on x's device; block: tokens per scale block (32, or 1
+    for per-token scales); hadamard: rotate the head dim first (NUMERICS.md 2);
+    transposed: also write codes_t."""
+    _check_rows(x, "x")
+    _check_divisor(block, OPERAND_UNIT, "block")
+    total, heads, d = x.shape
+    if hadamard and d not in HADAMARD_DIMS:
+        raise ValueError(f"hadamard: head dim must be one of {HADAMARD_DIMS}, got {d}")
+    fp8, dev = torch.float8_e4m3fn, x.device
+    codes = torch.empty((total, heads, d), dtype=fp8, device=dev)
+    codes_t = torch.empty((heads, d, _padded(total)), dtype=fp8, device=dev) if transposed else None
+    exps = torch.empty((total, heads), dtype=torch.int8, device=dev)
+    if total:
+        _quantize_operand_kernel[_grid(max_seqlen, OPERAND_UNIT, cu_seqlens, heads)](
+            x, codes, codes_t, exps, cu_seqlens, total, _padded(total), heads, 1.0 / math.sqrt(d),
+            D=d, UNIT=OPERAND_UNIT, BLOCK=block, HADAMARD_STAGES=d.bit_length() - 1 if hadamard else 0,
+            TRANSPOSED=transposed, T_ALIGN=T_ALIGN, INTERPRET=interpreting())
+    return KernelOperand(codes, codes_t, exps)
+
+
+def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu_seqlens: torch.Tensor,
+                         max_seqlen: int, block: int = 32, step: int = 64) -> KernelGradOutput:
+    """dO -> dO^, dOt^ and D in one launch that reads dO, O and ro once. do, o: [T, H, D]
+    bf16/fp16/fp32, contiguous; ro: [H, T] fp32 (0 for invalid rows); cu_seqlens: int32
+    [num_docs + 1] on do's device; block: dO^'s tokens per scale block; step: the dK/dV loop's query step
+    (``bwd_block_m``), the extent of one dOt^ exponent; a multiple of ``block``."""
+    _check_rows(do, "do")
+    _check_rows(o, "o")
+    if o.shape != do.shape:
+        raise ValueError(f"o: expected the shape of do {tuple(do.shape)}, got {tuple(o.shape)}")
+    total, heads, d = do.shape
+    if ro.shape != (heads, total) or ro.dtype != torch.float32:
+        raise ValueError(f"ro: expected fp32 [{heads}, {total}], got {ro.dtype} {tuple(ro.shape)}")
+    if step < 1 or step & (step - 1):
+        raise ValueError(f"step: must be a power of two, got {step}")
+    _check_divisor(block, step, "block")
+    fp8, dev = torch.float8_e4m3fn, do.device
+    do_codes = torch.empty((total, heads, d), dtype=fp8, device=dev)
+    do_exps = torch.empty((total, heads), dtype=torch.int8, device=dev)
+    dot_codes_t = torch.empty((heads, d, _padded(total)), dtype=fp8, device=dev)
+    dot_exps = torch.empty((total, heads), dtype=torch.int8, device=dev)
+    delta = torch.empty((heads, total), dtype=torch.float32, device=dev)
+    if total:
+        _quantize_grad_output_kernel[_grid(max_seqlen, step, cu_seqlens, heads)](
+            do, o, ro.contiguous(), do_codes, do_exps, dot_codes_t, dot_exps, delta, cu_seqlens,
+            total, _padded(total), heads, D=d, STEP=step, BLOCK=block, T_ALIGN=T_ALIGN,
+            INTERPRET=interpreting())
+    return KernelGradOutput(do_codes, do_exps, dot_codes_t, dot_exps, delta)

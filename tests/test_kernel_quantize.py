@@ -1,0 +1,143 @@
+"""The fused Triton quantizer (flamia/kernels/quantize.py) against its torch reference
+(flamia/reference/operands.py): codes, transposed codes and exponents bit for bit, D within
+fp32 summation-order noise. Without CUDA the kernels run on Triton's CPU interpreter."""
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    # Triton picks the interpreter when a kernel is decorated: set it before the import below.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from flamia.kernels.quantize import quantize_grad_output, quantize_operand  # noqa: E402
+from flamia.reference import operands as ref  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# Odd lengths, none a multiple of 32, a 1-token and an empty document; T = 117 pads to 128.
+LENGTHS = (37, 1, 0, 70, 9)
+ZERO_ROWS = slice(38, 70)  # the first 32-token block of the 70-token document
+ZERO_HEAD = 1
+HEADS = 2
+STEP = 64
+U = 2.0**-24  # fp32 unit roundoff
+
+
+def _cu_seqlens(lengths) -> torch.Tensor:
+    return torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
+
+
+def _rows(lengths, heads: int, d: int, seed: int, dtype=torch.bfloat16) -> torch.Tensor:
+    """[T, H, D] normal values with outlier channels (x20, x50, x100) and zero rows ZERO_ROWS of
+    head ZERO_HEAD (for LENGTHS: one whole 32-token block)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(sum(lengths), heads, d, generator=g)
+    x[:, :, 3] *= 20
+    x[:, 0, d // 2] *= 50
+    x[:, 1, 17] *= 100
+    x[ZERO_ROWS, ZERO_HEAD] = 0
+    return x.to(device=DEVICE, dtype=dtype)
+
+
+def _ro(lengths, heads: int, seed: int) -> torch.Tensor:
+    """[H, T] fp32 row factors over 40 binades, 0 (an invalid row) on every 7th token."""
+    g = torch.Generator().manual_seed(seed)
+    total = sum(lengths)
+    ro = torch.rand(heads, total, generator=g) * 2.0 ** torch.randint(-20, 20, (heads, total), generator=g).float()
+    ro[:, ::7] = 0
+    return ro.to(DEVICE)
+
+
+def _bytes(codes: torch.Tensor) -> torch.Tensor:
+    """uint8 view of float8 codes, or of fp32 values on the E4M3 grid (the reference's)."""
+    if codes.dtype == torch.float32:
+        codes = codes.to(torch.float8_e4m3fn)  # exact: the values are on the grid
+    return codes.contiguous().view(torch.uint8)
+
+
+def _assert_transposed(codes_t: torch.Tensor, codes: torch.Tensor) -> None:
+    """codes_t [H, D, T_pad] holds codes [T, H, D] (reference values) token-contiguous, zeros after."""
+    total = codes.shape[0]
+    assert codes_t.shape[2] % 16 == 0 and codes_t.shape[2] - total < 16
+    assert torch.equal(_bytes(codes_t[:, :, :total]), _bytes(codes.permute(1, 2, 0)))
+    assert not _bytes(codes_t[:, :, total:]).any()
+
+
+def _assert_operand(x: torch.Tensor, cu: torch.Tensor, max_seqlen: int, block: int, hadamard: bool) -> None:
+    got = quantize_operand(x, cu, max_seqlen, block, hadamard, transposed=True)
+    want = ref.quantize_operand(x, cu, max_seqlen, block, hadamard)
+    assert got.codes.dtype == got.codes_t.dtype == torch.float8_e4m3fn and got.exps.dtype == torch.int8
+    assert torch.equal(_bytes(got.codes), _bytes(want.codes))
+    assert torch.equal(got.exps.int(), want.exps)
+    _assert_transposed(got.codes_t, want.codes)
+
+
+@pytest.mark.parametrize("hadamard", [False, True])
+@pytest.mark.parametrize("block", [32, 1])
+@pytest.mark.parametrize("d", [64, 128])
+def test_operand_matches_reference(d, block, hadamard):
+    x = _rows(LENGTHS, HEADS, d, seed=d + block)
+    _assert_operand(x, _cu_seqlens(LENGTHS), max(LENGTHS), block, hadamard)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_operand_input_dtypes(dtype):
+    x = _rows(LENGTHS, HEADS, 64, seed=5, dtype=dtype)
+    _assert_operand(x, _cu_seqlens(LENGTHS), max(LENGTHS), 32, hadamard=True)
+
+
+def test_operand_zero_block_and_row_major_only():
+    x = _rows(LENGTHS, HEADS, 64, seed=6)
+    got = quantize_operand(x, _cu_seqlens(LENGTHS), max(LENGTHS), 32, transposed=False)
+    assert got.codes_t is None
+    assert (got.exps[ZERO_ROWS, ZERO_HEAD] == -100).all() and not _bytes(got.codes[ZERO_ROWS, ZERO_HEAD]).any()
+    assert torch.equal(_bytes(got.codes), _bytes(ref.quantize_operand(x, _cu_seqlens(LENGTHS), max(LENGTHS), 32).codes))
+
+
+def _assert_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu: torch.Tensor, max_seqlen: int,
+                        block: int) -> None:
+    got = quantize_grad_output(do, o, ro, cu, max_seqlen, block, STEP)
+    want = ref.quantize_grad_output(do, o, ro, cu, max_seqlen, block, STEP)
+    assert torch.equal(_bytes(got.do_codes), _bytes(want.do.codes))
+    assert torch.equal(got.do_exps.int(), want.do.exps)
+    _assert_transposed(got.dot_codes_t, want.dot.codes)
+    assert torch.equal(got.dot_exps.int(), want.dot.exps)
+    # D: the same products, summed in another order. Any order errs by at most (D - 1) u
+    # sum|terms|, so two orders differ by at most 2 D u sum|terms| (measured: about 2 u).
+    terms = (want.do.dequantize() * o.float()).abs().sum(-1).transpose(0, 1)  # [H, T]
+    assert ((got.delta - want.delta).abs() <= 2 * do.shape[2] * U * terms).all()
+    invalid = ro == 0  # [H, T]
+    dot = got.dot_codes_t[:, :, : do.shape[0]].permute(0, 2, 1)  # [H, T, D]
+    assert invalid.any() and (dot[invalid].float() == 0).all()
+
+
+@pytest.mark.parametrize("block", [32, 1])
+@pytest.mark.parametrize("d", [64, 128])
+def test_grad_output_matches_reference(d, block):
+    do, o, ro = _rows(LENGTHS, HEADS, d, seed=d), _rows(LENGTHS, HEADS, d, seed=d + 1), _ro(LENGTHS, HEADS, seed=d)
+    _assert_grad_output(do, o, ro, _cu_seqlens(LENGTHS), max(LENGTHS), block)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda x, cu: quantize_operand(x.float()[..., :48].contiguous(), cu, 70), "x: head dim"),
+    (lambda x, cu: quantize_operand(x.transpose(0, 1), cu, 70), "x: expected a contiguous"),
+    (lambda x, cu: quantize_operand(x, cu, 70, block=3), "block"),
+    (lambda x, cu: quantize_operand(x[..., :32].contiguous(), cu, 70, hadamard=True), "hadamard"),
+    (lambda x, cu: quantize_grad_output(x, x, torch.ones(2, 3, device=DEVICE), cu, 70), "ro"),
+    (lambda x, cu: quantize_grad_output(x, x, torch.ones(2, 117, device=DEVICE), cu, 70, step=48), "step"),
+    (lambda x, cu: quantize_grad_output(x, x, torch.ones(2, 117, device=DEVICE), cu, 70, block=32, step=16), "block"),
+])
+def test_invalid_arguments_are_named(call, match):
+    with pytest.raises(ValueError, match=match):
+        call(_rows(LENGTHS, HEADS, 64, seed=0), _cu_seqlens(LENGTHS))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_real_size_matches_reference_on_gpu():
+    lengths, heads, d = (1000, 4096, 333), 16, 128
+    cu = _cu_seqlens(lengths)
+    x = _rows(lengths, heads, d, seed=7)
+    for block in (32, 1):
+        _assert_operand(x, cu, max(lengths), block, hadamard=True)
+    _assert_grad_output(x, _rows(lengths, heads, d, seed=8), _ro(lengths, heads, seed=9), cu, max(lengths), 32)
