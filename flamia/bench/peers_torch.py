@@ -1,0 +1,90 @@
+"""Peers that ship with PyTorch: FlashAttention-2 varlen (the aten ops behind SDPA), SDPA on
+nested (jagged) tensors, and FlexAttention with a document mask.
+
+Each builder takes a ``Case`` and a mode and returns the timed job (``jobs.py``).
+"""
+import functools
+import math
+
+import torch
+import torch.nn.functional as F
+
+from ..varlen import token_doc_positions
+from .jobs import autograd_job, staged_job
+from .timing import Job
+from .workloads import Case
+
+
+def fa2_job(case: Case, mode: str) -> Job:
+    """aten._flash_attention_forward / _flash_attention_backward on the packed rows,
+    cu_seqlens int32, dropout 0. Both ops take the same positional arguments since torch
+    2.4 (checked against the 2.13 schema)."""
+    i, causal = case.inputs, case.workload.causal
+    cu, n = i.cu_seqlens, i.max_seqlen
+    scale = 1.0 / math.sqrt(case.workload.head_dim)
+
+    def forward():
+        return torch.ops.aten._flash_attention_forward(i.q, i.k, i.v, cu, cu, n, n, 0.0, causal, False,
+                                                       scale=scale)
+
+    def backward(state):
+        out, lse, rng_state, unused, _ = state
+        return torch.ops.aten._flash_attention_backward(i.do, i.q, i.k, i.v, out, lse, cu, cu, n, n, 0.0,
+                                                        causal, rng_state, unused, scale=scale)
+
+    return staged_job(forward, backward, mode)
+
+
+def sdpa_nested_job(case: Case, mode: str) -> Job:
+    """F.scaled_dot_product_attention on jagged nested tensors viewing the packed rows
+    (PyTorch picks the kernel, FlashAttention-2 for bf16). min/max lengths are passed so
+    that building the views reads nothing back from the GPU."""
+    i = case.inputs
+    offsets, lengths = i.cu_seqlens.long(), i.lengths
+
+    def nested(x):  # [T, H, D] -> [B, H, j, D], a view of x
+        return torch.nested.nested_tensor_from_jagged(
+            x, offsets, min_seqlen=min(lengths), max_seqlen=max(lengths)).transpose(1, 2)
+
+    def attention(q, k, v):
+        out = F.scaled_dot_product_attention(nested(q), nested(k), nested(v), is_causal=case.workload.causal)
+        return out.transpose(1, 2).values()
+
+    return autograd_job(attention, i, mode)
+
+
+def flex_job(case: Case, mode: str) -> Job:
+    """torch.compile'd flex_attention on the row as one sequence [1, H, T, D] with a
+    document mask (causal within the document when the workload is). The block mask is
+    built here, outside the timed region."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    i, w = case.inputs, case.workload
+    total = w.total
+    doc, _ = token_doc_positions(i.cu_seqlens, total)
+
+    def same_document(b, h, q_idx, kv_idx):
+        same = doc[q_idx] == doc[kv_idx]
+        return same & (q_idx >= kv_idx) if w.causal else same
+
+    # _compile builds the mask blockwise; eager evaluation would materialise T x T entries.
+    block_mask = create_block_mask(same_document, None, None, total, total, device=i.q.device, _compile=True)
+    compiled = _compiled_flex(w.name)
+
+    def attention(q, k, v):
+        as_row = [x.transpose(0, 1).unsqueeze(0) for x in (q, k, v)]  # [1, H, T, D] views
+        out = compiled(*as_row, block_mask=block_mask, enable_gqa=w.gqa)
+        return out.squeeze(0).transpose(0, 1)
+
+    return autograd_job(attention, i, mode)
+
+
+@functools.lru_cache(maxsize=1)
+def _compiled_flex(workload_name: str):
+    """torch.compile'd flex_attention for one workload at a time (its modes share it). A new
+    workload starts from a fresh dynamo cache, so its recompiles never reach dynamo's limit,
+    past which it would silently fall back to the slow, memory-hungry eager flex_attention."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    torch._dynamo.reset()
+    return torch.compile(flex_attention, dynamic=False)
