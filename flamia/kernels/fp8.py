@@ -40,15 +40,23 @@ def scale_exponent(amax, EQ: tl.constexpr, MQ: tl.constexpr):
 
 
 @triton.jit
+def round_e4m3(x):
+    """fp32 -> fp32 on the E4M3 grid, round to nearest even, in plain fp32 arithmetic: scale
+    by an exact power of two so the grid step is 1, round with the 1.5 * 2^23 trick (fp32 adds
+    round ties to even), scale back. Keeps the sign of values that round to zero."""
+    bits = x.to(tl.int32, bitcast=True)
+    e = tl.maximum(((bits >> 23) & 0xFF) - 127, -6)
+    y = x * pow2(3 - e)
+    y = (y + 12582912.0) - 12582912.0
+    return tl.where(y == 0, x * 0.0, y * pow2(e - 3))
+
+
+@triton.jit
 def to_e4m3(x, INTERPRET: tl.constexpr):
     """fp32 -> float8e4nv, round to nearest even (no saturation expected: callers' scales
     keep |x| <= 448)."""
     if INTERPRET:
-        bits = x.to(tl.int32, bitcast=True)
-        e = tl.maximum(((bits >> 23) & 0xFF) - 127, -6)
-        y = x * pow2(3 - e)
-        y = (y + 12582912.0) - 12582912.0  # 1.5 * 2^23: fp32 adds round y to an integer, ties to even
-        x = tl.where(y == 0, x * 0.0, y * pow2(e - 3))  # keep the sign of a value rounded to 0, as the hardware
+        x = round_e4m3(x)
     return x.to(tl.float8e4nv)
 
 

@@ -69,14 +69,15 @@ def _butterfly(b_x, DIST: tl.constexpr):
 
 
 @triton.jit
-def _block_codes(b_x, BLOCK: tl.constexpr, INTERPRET: tl.constexpr):
-    """E4M3 codes of b_x [U, D] fp32 with one exponent per BLOCK consecutive rows (rows past
-    the document's end must hold zeros). Returns (codes [U, D] fp8, exponents [U] int32)."""
+def _block_scale(b_x, BLOCK: tl.constexpr):
+    """b_x [U, D] fp32 scaled into E4M3 range with one exponent per BLOCK consecutive rows
+    (rows past the document's end must hold zeros). Returns (b_x * 2^-e [U, D] fp32, e [U]
+    int32); the callers round to E4M3 (``to_e4m3``) in each layout they store."""
     U: tl.constexpr = b_x.shape[0]
     b_amax = tl.reshape(tl.max(tl.abs(b_x), axis=1), [U // BLOCK, BLOCK])
     b_amax = tl.broadcast_to(tl.max(b_amax, axis=1, keep_dims=True), [U // BLOCK, BLOCK])
     b_e = scale_exponent(tl.reshape(b_amax, [U]), E4M3_EQ, E4M3_MQ)  # [U]
-    return to_e4m3(b_x * pow2(-b_e)[:, None], INTERPRET), b_e
+    return b_x * pow2(-b_e)[:, None], b_e
 
 
 @triton.jit
@@ -103,9 +104,10 @@ def _col_offsets(o_t, h, T_pad, D: tl.constexpr):
 
 
 @triton.jit
-def _store_transposed(p_t, b_codes, o_t, m_t, h, T_pad, D: tl.constexpr):
-    """Store b_codes [UNIT, D] at tokens o_t (valid where m_t) of head h of a [H, D, T_pad] tensor."""
-    tl.store(p_t + _col_offsets(o_t, h, T_pad, D), tl.trans(b_codes), mask=m_t[None, :])
+def _store_transposed(p_t, b_t, o_t, m_t, h, T_pad, D: tl.constexpr, INTERPRET: tl.constexpr):
+    """Store the E4M3 codes of b_t [D, UNIT] fp32 (already scaled) at tokens o_t (valid where
+    m_t) of head h of a [H, D, T_pad] tensor."""
+    tl.store(p_t + _col_offsets(o_t, h, T_pad, D), to_e4m3(b_t, INTERPRET), mask=m_t[None, :])
 
 
 @triton.jit
@@ -136,11 +138,18 @@ def _quantize_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, T, T_p
         for s in tl.static_range(HADAMARD_STAGES):
             b_x = _butterfly(b_x, 1 << s)
         b_x = b_x * inv_sqrt_d
-    b_codes, b_e = _block_codes(b_x, BLOCK, INTERPRET)
-    tl.store(p_codes + o_x, b_codes, mask=m_t[:, None])
+    b_scaled, b_e = _block_scale(b_x, BLOCK)
+    tl.store(p_codes + o_x, to_e4m3(b_scaled, INTERPRET), mask=m_t[:, None])
     tl.store(p_exps + o_t * H + h, b_e.to(tl.int8), mask=m_t)
     if TRANSPOSED:
-        _store_transposed(p_codes_t, b_codes, o_t, m_t, h, T_pad, D)
+        if HADAMARD_STAGES > 0:
+            b_t = tl.trans(b_scaled)  # [D, UNIT]
+        else:
+            # Re-read x in the transposed layout (an L2 hit) instead of transposing registers:
+            # on the H200 (Triton 3.6) the register transpose of an unrotated tile stored
+            # wrong codes, while the rotated tile's (after the butterflies) stored right ones.
+            b_t = tl.load(p_x + tl.trans(o_x), mask=m_t[None, :], other=0.0).to(tl.float32) * pow2(-b_e)[None, :]
+        _store_transposed(p_codes_t, b_t, o_t, m_t, h, T_pad, D, INTERPRET)
 
 
 @triton.jit
@@ -154,7 +163,8 @@ def _quantize_grad_output_kernel(p_do, p_o, p_ro, p_do_codes, p_do_exps, p_dot_t
         return
     o_x = _row_offsets(o_t, h, H, D)  # [STEP, D]
     b_do = tl.load(p_do + o_x, mask=m_t[:, None], other=0.0).to(tl.float32)  # [STEP, D]
-    b_codes, b_e = _block_codes(b_do, BLOCK, INTERPRET)
+    b_scaled, b_e = _block_scale(b_do, BLOCK)
+    b_codes = to_e4m3(b_scaled, INTERPRET)
     tl.store(p_do_codes + o_x, b_codes, mask=m_t[:, None])
     tl.store(p_do_exps + o_t * H + h, b_e.to(tl.int8), mask=m_t)
     # D from the same quantized dO that dP uses: (codes * 2^edO) * O, summed over the head dim.
@@ -163,9 +173,9 @@ def _quantize_grad_output_kernel(p_do, p_o, p_ro, p_do_codes, p_do_exps, p_dot_t
     tl.store(p_delta + h * T + o_t, b_delta, mask=m_t)
     # dOt^: the per-query factor ro folded in, one exponent over the whole query step.
     b_ro = tl.load(p_ro + h * T + o_t, mask=m_t, other=0.0)  # [STEP]
-    b_dot, b_et = _block_codes(b_do * b_ro[:, None], STEP, INTERPRET)
+    b_dot, b_et = _block_scale(b_do * b_ro[:, None], STEP)
     tl.store(p_dot_exps + o_t * H + h, b_et.to(tl.int8), mask=m_t)
-    _store_transposed(p_dot_t, b_dot, o_t, m_t, h, T_pad, D)
+    _store_transposed(p_dot_t, tl.trans(b_dot), o_t, m_t, h, T_pad, D, INTERPRET)
 
 
 def _check_rows(x: torch.Tensor, name: str) -> None:
