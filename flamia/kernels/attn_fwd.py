@@ -1,0 +1,238 @@
+"""The Triton forward of the MXFP8 route (NUMERICS.md 3), on packed documents.
+
+Programs map to (query tile, document, query head) through the grid
+(cdiv(max_seqlen_q, BM), num_docs, Hq); the tile index is reversed so that the longest causal
+tiles start first, and programs past their document's end return. Query tiles of BM rows and
+key tiles of BN keys start at the document start, as in the emulator, so the integer running
+max rises at the same places. A program visits only the key tiles that intersect its visible
+range, in ascending order, and masks only the tiles that hold both visible and hidden pairs
+(window edges, the diagonal, the document's end): one tile body, ``_attend_tile``, serves
+both kinds through its ``MASK`` constexpr.
+
+Nothing is read back to the host, so the launch can be captured in a CUDA graph.
+``cu_seqlens_q[-1]`` must equal Tq (rows outside every document are not written) and no
+document may be longer than its ``max_seqlen``.
+"""
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from ..masks import effective_window
+from .configs import AttnTiles
+from .fp8 import interpreting, mma, pow2, to_e4m3
+from .quantize import T_ALIGN
+
+LOG2E = math.log2(math.e)
+LN2 = tl.constexpr(math.log(2.0))
+V_ALIGN = tl.constexpr(T_ALIGN)  # V^T rows hold Tk padded to this many tokens (16 bytes)
+HEAD_DIMS = (64, 128)
+
+
+@triton.jit
+def _to_bf16(x, INTERPRET: tl.constexpr):
+    """fp32 -> bf16, round to nearest even. The interpreter's cast truncates, so there the
+    value is first rounded on its bits, which makes the cast exact for normal numbers."""
+    if INTERPRET:
+        bits = x.to(tl.int32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
+        x = bits.to(tl.float32, bitcast=True)
+    return x.to(tl.bfloat16)
+
+
+@triton.jit
+def _load_keys(p, m_in, MASK: tl.constexpr):
+    """A key-indexed load. Unmasked tiles lie inside their document and load without a mask;
+    masked tiles may reach past it, and ``m_in`` (zero fill) keeps them inside the *tensor*
+    only: keys past the document are finite codes (the next document's, or V^T's zero
+    padding) whose P is zero. V^T's bound, a multiple of 16, keeps the mask constant over
+    16-byte vectors."""
+    if MASK:
+        b = tl.load(p, mask=m_in, other=0.0)
+    else:
+        b = tl.load(p)
+    return b
+
+
+@triton.jit
+def _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k, p_vt, p_ke, p_ve, k_lo, b_first, b_last,
+                 n_k, n_vt, heads_kv, tk_pad,
+                 TAU: tl.constexpr, D: tl.constexpr, BN: tl.constexpr, MASK: tl.constexpr,
+                 INTERPRET: tl.constexpr):
+    """One key tile, steps 1-7 of NUMERICS.md 3. p_k, p_vt, p_ke, p_ve point at the
+    document's first key (K^ row, V^T column, exponents); k_lo: the tile's first key position
+    in the document; b_first, b_last [BM]: each row's visible keys (MASK tiles only);
+    n_k, n_vt: keys that K^ and V^T hold from the document's first one (load bounds).
+    Returns the updated (acc [BM, D], l [BM], m [BM])."""
+    o_n = k_lo + tl.arange(0, BN)                                   # [BN] key positions
+    o_d = tl.arange(0, D)
+    o_tok = o_n.to(tl.int64)
+    m_k = o_n < n_k
+    b_k = _load_keys(p_k + o_tok[:, None] * (heads_kv * D) + o_d[None, :], m_k[:, None], MASK)  # [BN, D]
+    p_vt_tile = p_vt + o_d[:, None].to(tl.int64) * tk_pad + o_tok[None, :]
+    b_vt = _load_keys(p_vt_tile, (o_n < n_vt)[None, :], MASK)      # [D, BN]
+    b_kf = pow2(_load_keys(p_ke + o_tok * heads_kv, m_k, MASK).to(tl.int32))  # [BN]
+    b_vf = pow2(_load_keys(p_ve + o_tok * heads_kv, m_k, MASK).to(tl.int32))  # [BN]
+
+    b_s = mma(b_q, tl.trans(b_k), tl.zeros([b_q.shape[0], BN], tl.float32), INTERPRET)  # [BM, BN]
+    b_x = (b_s * b_qf[:, None]) * b_kf[None, :]
+    if MASK:
+        m_vis = (o_n[None, :] >= b_first[:, None]) & (o_n[None, :] <= b_last[:, None])  # [BM, BN]
+        b_x = tl.where(m_vis, b_x, float("-inf"))
+
+    b_mx = tl.max(b_x, 1)                                           # [BM]
+    b_m_new = tl.where(b_mx > b_m + TAU, tl.ceil(b_mx), b_m)
+    # Rows that have seen no key keep m = -inf and acc = l = 0: subtracting 0 instead keeps
+    # NaN out of exp2 (their p is exp2(-inf) = 0 and alpha cannot change acc or l).
+    b_m_ref = tl.where(b_m_new == float("-inf"), 0.0, b_m_new)
+    b_alpha = tl.exp2(b_m - b_m_ref)                                # exact power of two
+    b_p = tl.exp2(b_x - b_m_ref[:, None])                           # [BM, BN]
+    b_l = b_l * b_alpha + tl.sum(b_p, 1)                            # before the V fold
+    b_pq = to_e4m3((b_p * b_vf[None, :]) * b_rf[:, None], INTERPRET)  # [BM, BN] fp8
+    # P^ V^ starts from zero and is added in fp32: Hopper's FP8 MMA accumulates with reduced
+    # precision, which over a whole row of key tiles cost 0.4% of O against the emulator.
+    b_tile_o = mma(b_pq, tl.trans(b_vt), tl.zeros_like(b_acc), INTERPRET)  # [BM, D]
+    b_acc = b_acc * b_alpha[:, None] + b_tile_o
+    return b_acc, b_l, b_m_new
+
+
+@triton.jit
+def _attn_fwd_kernel(p_q, p_qe, p_k, p_ke, p_vt, p_ve, p_pv, p_cu_q, p_cu_k,
+                     p_o, p_lse, p_mo, p_ro,
+                     total_q, total_k, tk_pad, heads_q, heads_kv, s2, window_left, window_right,
+                     TAU: tl.constexpr, SIGMA: tl.constexpr, D: tl.constexpr,
+                     BM: tl.constexpr, BN: tl.constexpr, K_ALIGNED: tl.constexpr,
+                     INTERPRET: tl.constexpr):
+    """One (query tile, document, query head) program; see the module docstring."""
+    tile = tl.num_programs(0) - 1 - tl.program_id(0)  # longest causal tiles first
+    doc = tl.program_id(1)
+    h = tl.program_id(2)
+    hk = h // (heads_q // heads_kv)
+    q_start = tl.load(p_cu_q + doc)
+    len_q = tl.load(p_cu_q + doc + 1) - q_start
+    k_start = tl.load(p_cu_k + doc)
+    len_k = tl.load(p_cu_k + doc + 1) - k_start
+    i0 = tile * BM
+    if i0 >= len_q:
+        return
+    if K_ALIGNED:
+        k_start = tl.multiple_of(k_start, V_ALIGN)
+    off = len_k - len_q
+    # Unbounded window sides become bounds no pair can reach, so one rule serves all masks.
+    wl = tl.where(window_left < 0, len_k, window_left)
+    wr = tl.where(window_right < 0, len_q + len_k, window_right)
+
+    o_m = i0 + tl.arange(0, BM)                                     # [BM] query positions
+    # Each row's visible keys [first, last] (NUMERICS.md 3); last < first: the row sees none.
+    b_first = o_m + off - wl
+    b_last = tl.minimum(o_m + off + wr, len_k - 1)
+    o_d = tl.arange(0, D)
+    m_row = o_m < len_q
+    o_row = q_start.to(tl.int64) + o_m                              # packed query rows
+    b_q = tl.load(p_q + (o_row[:, None] * heads_q + h) * D + o_d[None, :], mask=m_row[:, None], other=0.0)  # [BM, D]
+    b_qf = s2 * pow2(tl.load(p_qe + o_row * heads_q + h, mask=m_row, other=0).to(tl.int32))  # [BM]
+    b_pv = tl.load(p_pv + o_row * heads_kv + hk, mask=m_row, other=0)  # [BM] int32
+    b_rf = pow2(SIGMA - b_pv)
+
+    # Key tiles [t_lo, t_hi) meet some row's visible keys; tiles in [u_lo, u_hi) are visible
+    # to every row, the first (i0) and the last one stored (i1) bounding them.
+    i1 = tl.minimum(i0 + BM, len_q) - 1
+    end0 = tl.maximum(tl.minimum(i0 + off + wr + 1, len_k), 0)  # one past a row's last key
+    end1 = tl.maximum(tl.minimum(i1 + off + wr + 1, len_k), 0)
+    t_lo = tl.maximum(i0 + off - wl, 0) // BN
+    t_hi = tl.maximum(tl.cdiv(end1, BN), t_lo)
+    u_lo = tl.minimum(tl.maximum(tl.cdiv(tl.maximum(i1 + off - wl, 0), BN), t_lo), t_hi)
+    u_hi = tl.minimum(tl.maximum(end0 // BN, u_lo), t_hi)
+
+    k_row = k_start.to(tl.int64)
+    p_k_doc = p_k + (k_row * heads_kv + hk) * D
+    p_vt_doc = p_vt + hk.to(tl.int64) * D * tk_pad + k_row
+    p_ke_doc = p_ke + k_row * heads_kv + hk
+    p_ve_doc = p_ve + k_row * heads_kv + hk
+    b_acc = tl.zeros([BM, D], tl.float32)
+    b_l = tl.zeros([BM], tl.float32)
+    b_m = tl.full([BM], float("-inf"), tl.float32)
+    # Ascending key order in three runs: window-edge tiles (masked), inner tiles (unmasked),
+    # diagonal and document-end tiles (masked).
+    t_runs = (t_lo, u_lo, u_hi, t_hi)
+    for run in tl.static_range(3):
+        for t in range(t_runs[run], t_runs[run + 1]):
+            b_acc, b_l, b_m = _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k_doc, p_vt_doc, p_ke_doc, p_ve_doc,
+                                           t * BN, b_first, b_last, total_k - k_start, tk_pad - k_start,
+                                           heads_kv, tk_pad,
+                                           TAU, D, BN, run != 1, INTERPRET)
+
+    # Epilogue: ro = 2^(PV - sigma) / l, O = bf16(acc * ro), lse in natural log; rows that
+    # saw no key get O = 0, lse = m = +inf, ro = 0.
+    m_valid = b_m > float("-inf")
+    b_l = tl.where(m_valid, b_l, 1.0)
+    b_ro = tl.where(m_valid, tl.math.div_rn(pow2(b_pv - SIGMA), b_l), 0.0)
+    b_lse = tl.where(m_valid, (b_m + tl.log2(b_l)) * LN2, float("inf"))
+    b_m = tl.where(m_valid, b_m, float("inf"))
+    b_o = _to_bf16(b_acc * b_ro[:, None], INTERPRET)
+    tl.store(p_o + (o_row[:, None] * heads_q + h) * D + o_d[None, :], b_o, mask=m_row[:, None])
+    o_stat = h.to(tl.int64) * total_q + o_row
+    tl.store(p_lse + o_stat, b_lse, mask=m_row)
+    tl.store(p_mo + o_stat, b_m, mask=m_row)
+    tl.store(p_ro + o_stat, b_ro, mask=m_row)
+
+
+def _check(name: str, x: torch.Tensor, dtype: torch.dtype, shape: tuple) -> None:
+    if x.dtype != dtype:
+        raise ValueError(f"{name}: dtype must be {dtype}, got {x.dtype}")
+    if tuple(x.shape) != shape:
+        raise ValueError(f"{name}: expected shape {shape}, got {tuple(x.shape)}")
+    if not x.is_contiguous():
+        raise ValueError(f"{name}: must be contiguous")
+
+
+def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, cu_seqlens_q, cu_seqlens_k,
+                      max_seqlen_q: int, max_seqlen_k: int, *, causal: bool, window_size: tuple[int, int],
+                      softmax_scale: float, tau: int, sigma: int, tiles: AttnTiles, k_aligned: bool = False):
+    """The MXFP8 forward on quantized operands (NUMERICS.md 3).
+
+    q_codes [Tq, Hq, D] float8_e4m3fn, q_exps [Tq, Hq] int8; k_codes [Tk, Hkv, D]
+    float8_e4m3fn, k_exps [Tk, Hkv] int8; v_codes_t [Hkv, D, Tk_pad] float8_e4m3fn (V^T, tokens
+    contiguous, Tk_pad = Tk rounded up to 16 and finite codes (zeros) past Tk: Hopper's FP8
+    wgmma needs K-major B, so P@V reads V^T), v_exps [Tk, Hkv] int8; pv [Tq, Hkv] int32
+    (``flamia.scaling.prefix_v_exponent``); cu_seqlens_q/k int32 [num_docs + 1]. D is 64 or
+    128 and Hq a multiple of Hkv.
+    ``k_aligned``: a promise that every entry of cu_seqlens_k is a multiple of 16 (e.g.
+    batched sequences of a multiple of 16 tokens), so V^T tiles load as 16-byte vectors; it
+    cannot be checked without reading device values, and a false promise reads wrong data.
+
+    Returns out [Tq, Hq, D] bf16 and lse (natural log), m (integer running max, log2 units),
+    ro = 2^(PV - sigma) / l, each [Hq, Tq] fp32.
+    """
+    tq, hq, d = q_codes.shape
+    tk, hkv = k_exps.shape
+    if d not in HEAD_DIMS:
+        raise ValueError(f"q_codes: head dim must be one of {HEAD_DIMS}, got {d}")
+    if hkv == 0 or hq % hkv:
+        raise ValueError(f"k_exps: Hq={hq} must be a multiple of Hkv, got shape {tuple(k_exps.shape)}")
+    tk_pad = triton.cdiv(tk, V_ALIGN.value) * V_ALIGN.value
+    num_docs = cu_seqlens_q.shape[0] - 1
+    fp8, i8, i32 = torch.float8_e4m3fn, torch.int8, torch.int32
+    for name, x, dtype, shape in (
+            ("q_codes", q_codes, fp8, (tq, hq, d)), ("q_exps", q_exps, i8, (tq, hq)),
+            ("k_codes", k_codes, fp8, (tk, hkv, d)), ("k_exps", k_exps, i8, (tk, hkv)),
+            ("v_codes_t", v_codes_t, fp8, (hkv, d, tk_pad)), ("v_exps", v_exps, i8, (tk, hkv)),
+            ("pv", pv, i32, (tq, hkv)),
+            ("cu_seqlens_q", cu_seqlens_q, i32, (num_docs + 1,)), ("cu_seqlens_k", cu_seqlens_k, i32, (num_docs + 1,))):
+        _check(name, x, dtype, shape)
+    wl, wr = effective_window(causal, window_size)
+
+    dev = q_codes.device
+    out = torch.empty((tq, hq, d), dtype=torch.bfloat16, device=dev)
+    lse, m, ro = (torch.empty((hq, tq), dtype=torch.float32, device=dev) for _ in range(3))
+    grid = (triton.cdiv(max_seqlen_q, tiles.fwd_block_m), num_docs, hq)
+    if tq == 0 or min(grid) == 0:
+        return out, lse, m, ro
+    _attn_fwd_kernel[grid](
+        q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, cu_seqlens_q, cu_seqlens_k,
+        out, lse, m, ro,
+        tq, tk, tk_pad, hq, hkv, softmax_scale * LOG2E, wl, wr,
+        TAU=tau, SIGMA=sigma, D=d, BM=tiles.fwd_block_m, BN=tiles.fwd_block_n, K_ALIGNED=k_aligned,
+        INTERPRET=interpreting(), num_warps=tiles.fwd_warps, num_stages=tiles.fwd_stages)
+    return out, lse, m, ro
