@@ -1,0 +1,220 @@
+"""One device call for the MXFP8 kernels: correctness at real sizes, CUDA-graph replay, the
+SASS, then speed against FlashAttention-2 (BF16) on the six causal workloads.
+
+Usage (on the GPU machine, repo root): PYTHONPATH=. python3 benchmarks/kernel_check.py [--out DIR]
+Prints a short table last; writes kernel_check.json to --out (default $OUT or .).
+Kernel-only times exclude quantization (the paper's Tables 2-3); train includes it.
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import replace
+
+import torch
+import triton
+from triton.testing import do_bench
+
+from flamia.bench.flops import tflops_per_s
+from flamia.bench.peers_torch import fa2_job
+from flamia.bench.workloads import GROUPS, WORKLOADS, make_case
+from flamia.bench.jobs import autograd_job
+from flamia.kernels.attn_bwd import attention_backward
+from flamia.kernels.attn_fwd import attention_forward
+from flamia.kernels.configs import tiles_for
+from flamia.kernels.ops import triton_attention
+from flamia.kernels.quantize import quantize_grad_output, quantize_operand
+from flamia.reference.emulated import emulated_attention
+from flamia.reference.exact import exact_attention
+from flamia.scaling import prefix_v_exponent
+
+
+def cos(a, b):
+    return torch.nn.functional.cosine_similarity(a.double().flatten(), b.double().flatten(), dim=0).item()
+
+
+def rel(a, b):
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+def grads(attn, i, causal=True):
+    q, k, v = (x.detach().clone().requires_grad_() for x in (i.q, i.k, i.v))
+    out, lse = attn(q, k, v, i.cu_seqlens, i.cu_seqlens, i.max_seqlen, i.max_seqlen, causal=causal, return_lse=True)
+    out.backward(i.do)
+    return out.detach(), lse, q.grad, k.grad, v.grad
+
+
+def correctness(report):
+    case = make_case(WORKLOADS["eq4x4k"], "cuda")
+    i = case.inputs
+    tri = grads(triton_attention, i)
+    emu = grads(emulated_attention, i)
+    names = ("O", "lse", "dQ", "dK", "dV")
+    report["vs_emulator"] = {n: rel(a, b) for n, a, b in zip(names, tri, emu) if n != "lse"}
+    report["vs_emulator"]["lse_maxabs"] = (tri[1] - emu[1]).abs().max().item()
+    q, k, v = (x.detach().float().requires_grad_() for x in (i.q, i.k, i.v))
+    ref, _ = exact_attention(q, k, v, i.cu_seqlens, i.cu_seqlens, i.max_seqlen, i.max_seqlen, causal=True,
+                             dtype=torch.float32)
+    ref.backward(i.do.float())
+    exact = (ref, None, q.grad, k.grad, v.grad)
+    report["cos_vs_fp32"] = {n: cos(a, b) for n, a, b in zip(names, tri, exact) if b is not None}
+    report["cos_emulator_vs_fp32"] = {n: cos(a, b) for n, a, b in zip(names, emu, exact) if b is not None}
+
+
+def graph_replay(report):
+    """Capture the whole training call once, replay it on new inputs of the same shapes."""
+    case = make_case(WORKLOADS["logu11-16k"], "cuda")
+    i = case.inputs
+    q, k, v = (x.detach().clone().requires_grad_() for x in (i.q, i.k, i.v))
+    do = i.do.clone()
+
+    def step():
+        out = triton_attention(q, k, v, i.cu_seqlens, i.cu_seqlens, i.max_seqlen, i.max_seqlen, causal=True)
+        return (out, *torch.autograd.grad(out, (q, k, v), do))
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        static = step()
+    new = make_case(replace(WORKLOADS["logu11-16k"], seed=123), "cuda")
+    with torch.no_grad():
+        for dst, src in zip((q, k, v, do), (new.inputs.q, new.inputs.k, new.inputs.v, new.inputs.do)):
+            dst.copy_(src)
+    g.replay()
+    torch.cuda.synchronize()
+    eager = step()
+    report["graph_replay_max_rel"] = max(rel(a, b) for a, b in zip(static, eager))
+
+
+def sass(report):
+    """QGMMA (FP8 wgmma) counts, registers and spills of the compiled attention kernels."""
+    cache = os.path.expanduser("~/.triton/cache")
+    out = {}
+    for cubin in glob.glob(f"{cache}/**/*.cubin", recursive=True):
+        name = os.path.basename(cubin)[:-6]
+        if not re.search("attn|dq|dkdv|quantize", name):
+            continue
+        meta = {}
+        jf = cubin[:-6] + ".json"
+        if os.path.exists(jf):
+            meta = json.load(open(jf))
+        dump = subprocess.run(["cuobjdump", "-sass", cubin], capture_output=True, text=True).stdout
+        out[name] = {"QGMMA": dump.count("QGMMA"), "HGMMA": dump.count("HGMMA"), "HMMA": dump.count("HMMA"),
+                     "LDL/STL": dump.count("LDL") + dump.count("STL"),
+                     "regs": meta.get("n_regs"), "spills": meta.get("n_spills"),
+                     "warps": meta.get("num_warps"), "stages": meta.get("num_stages")}
+    report["sass"] = out
+
+
+def kernel_only(i, causal, t=None):
+    """Closures timing the quantizers, the forward kernel and the backward kernels alone."""
+    d = i.q.shape[-1]
+    t = t or tiles_for(d)
+    cu, n = i.cu_seqlens, i.max_seqlen
+    qq = quantize_operand(i.q, cu, n, 32, d == 128, True)
+    kq = quantize_operand(i.k, cu, n, 32, d == 128, True)
+    vq = quantize_operand(i.v, cu, n, 32, False, True)
+    pv = prefix_v_exponent(vq.exps, cu, cu, i.q.shape[0], causal, (-1, -1))
+    kw = dict(causal=causal, window_size=(-1, -1), softmax_scale=d ** -0.5)
+    fwd = lambda: attention_forward(qq.codes, qq.exps, kq.codes, kq.exps, vq.codes_t, vq.exps, pv, cu, cu, n, n,
+                                    tau=4, sigma=4, tiles=t, **kw)
+    out, lse, m, ro = fwd()
+    go = quantize_grad_output(i.do, out, ro, cu, n, 32, t.bwd_block_m)
+    bwd = lambda: attention_backward(qq.codes, qq.codes_t, qq.exps, kq.codes, kq.codes_t, kq.exps, vq.codes, vq.exps,
+                                     go.do_codes, go.do_exps, go.dot_codes_t, go.dot_exps, go.delta, m, ro, pv,
+                                     cu, cu, n, n, sigma=4, tiles=t, **kw)
+    quant = lambda: (quantize_operand(i.q, cu, n, 32, d == 128, True), quantize_operand(i.k, cu, n, 32, d == 128, True),
+                     quantize_operand(i.v, cu, n, 32, False, True))
+    qbytes = 3 * i.q.numel() * (2 + 2)  # read bf16, write row-major + transposed fp8
+    return fwd, bwd, quant, qbytes
+
+
+def speed(report, names):
+    rows = []
+    for name in names:
+        w = WORKLOADS[name]
+        case = make_case(w, "cuda")
+        i = case.inputs
+        fwd, bwd, quant, qbytes = kernel_only(i, w.causal)
+        ms = lambda f: do_bench(f, warmup=25, rep=100, return_mode="median")
+        attn = lambda q, k, v: triton_attention(q, k, v, i.cu_seqlens, i.cu_seqlens, i.max_seqlen, i.max_seqlen,
+                                                causal=w.causal)
+        r = {"workload": name,
+             "fwd_kernel": ms(fwd), "bwd_kernel": ms(bwd), "quant_qkv": ms(quant),
+             "train": ms(autograd_job(attn, i, "train")),
+             "fa2_fwd": ms(fa2_job(case, "fwd")), "fa2_bwd": ms(fa2_job(case, "bwd")),
+             "fa2_train": ms(fa2_job(case, "train"))}
+        r["quant_TBps"] = qbytes / r["quant_qkv"] / 1e9
+        for mode, key in (("fwd", "fwd_kernel"), ("bwd", "bwd_kernel"), ("train", "train"),
+                          ("fwd", "fa2_fwd"), ("bwd", "fa2_bwd"), ("train", "fa2_train")):
+            r[key + "_tflops"] = tflops_per_s(w, mode, r[key])
+        rows.append(r)
+        print(json.dumps(r), flush=True)
+    report["speed"] = rows
+
+
+TUNE = [dict(), dict(fwd_block_n=64), dict(fwd_warps=4), dict(fwd_stages=2), dict(fwd_block_m=64, fwd_warps=4),
+        dict(bwd_block_m=32), dict(bwd_block_n=64), dict(dq_block_m=64), dict(dq_block_n=32),
+        dict(bwd_block_m=32, dq_block_n=32, bwd_warps=4), dict(bwd_stages=1)]
+
+
+def tune(report, name="eq8x8k"):
+    """Kernel-only times of a few tile configurations (numerics-bearing sizes included: the
+    emulator follows whatever configs.py says)."""
+    w = WORKLOADS[name]
+    i = make_case(w, "cuda").inputs
+    rows = []
+    for cfg in TUNE:
+        t = replace(tiles_for(w.head_dim), **cfg)
+        fwd, bwd, _, _ = kernel_only(i, w.causal, t)
+        ms = lambda f: do_bench(f, warmup=10, rep=40, return_mode="median")
+        row = {"cfg": cfg, "fwd_tflops": tflops_per_s(w, "fwd", ms(fwd)), "bwd_tflops": tflops_per_s(w, "bwd", ms(bwd))}
+        rows.append(row)
+        print("tune", json.dumps(row), flush=True)
+    report["tune"] = rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--workloads", default=",".join(GROUPS["causal"]))
+    ap.add_argument("--skip", default="", help="comma list of: correctness,graph,speed,tune,sass")
+    args = ap.parse_args()
+    skip = set(args.skip.split(","))
+    report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    for key, fn in (("correctness", correctness), ("graph", graph_replay)):
+        if key not in skip:
+            t0 = time.time()
+            fn(report)
+            print(key, f"{time.time() - t0:.1f}s", json.dumps({k: v for k, v in report.items()
+                                                             if k not in ("device", "torch", "triton", "date")}),
+                  flush=True)
+    if "speed" not in skip:
+        speed(report, args.workloads.split(","))
+    if "tune" not in skip:
+        tune(report)
+    if "sass" not in skip:
+        sass(report)
+    json.dump(report, open(os.path.join(args.out, "kernel_check.json"), "w"), indent=1)
+    print("\n| workload | fwd TF/s | bwd TF/s | train TF/s | FA2 train TF/s | speedup | quant TB/s |")
+    print("|---|---|---|---|---|---|---|")
+    for r in report.get("speed", []):
+        print(f"| {r['workload']} | {r['fwd_kernel_tflops']:.0f} | {r['bwd_kernel_tflops']:.0f} | "
+              f"{r['train_tflops']:.0f} | {r['fa2_train_tflops']:.0f} | {r['fa2_train'] / r['train']:.2f} | "
+              f"{r['quant_TBps']:.2f} |")
+    for k, v in report.get("sass", {}).items():
+        print(k[:40], v)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,394 @@
+"""The Triton backward of the MXFP8 route (NUMERICS.md 4): a dK/dV kernel and a dQ kernel.
+
+Both kernels recompute, for every (query, key) pair, the forward's scores and P codes relative
+to the saved final row max, then the gradient payload G, in the order NUMERICS.md fixes; only
+fp32 summation order differs from ``flamia/reference/emulated.py``. Neither uses atomics:
+- dK/dV: a program per (key tile of ``bwd_block_n`` keys, document, KV head) loops over the
+  query heads of its GQA group and the query steps of ``bwd_block_m`` rows that see the tile.
+  Its tiles are [keys, queries] (S^T = K^ Q^T), so P^T and G^T, the A operands of
+  dV += P^T dOt^ and dK += G^T Q^, come out of the softmax in place without a transpose.
+- dQ: a program per (query tile of ``dq_block_m`` rows, document, query head) loops over the
+  key steps of ``dq_block_n`` keys that the tile sees.
+Tiles and steps start at document starts. Steps whose pairs are all visible run the same
+body as the others with the mask (and the masked loads) compiled out.
+Hopper's FP8 MMA needs K-major operands, hence the transposed inputs: dK reads Q^T, dQ reads
+K^T and dV reads dOt^T, with tokens contiguous.
+"""
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from ..masks import effective_window
+from .configs import SUPPORTED_HEAD_DIMS, AttnTiles
+from .fp8 import E4M3_EQ, E4M3_MQ, interpreting, mma, pow2, round_e4m3, scale_exponent, to_e4m3
+
+LOG2E = math.log2(math.e)
+T_ALIGN = tl.constexpr(16)  # tokens: the transposed codes' rows are 16-byte aligned at multiples of this
+
+
+@triton.jit
+def _load(ptrs, mask, other, MASK: tl.constexpr):
+    """tl.load, masked only in steps that may cross a document's end."""
+    if MASK:
+        b = tl.load(ptrs, mask=mask, other=other)
+    else:
+        b = tl.load(ptrs)
+    return b
+
+
+@triton.jit
+def _load_rows(p, o_t, m_t, stride, D: tl.constexpr, MASK: tl.constexpr):
+    """[N, D] codes of tokens o_t [N] of a row-major [T, H, D] tensor (p at the document's
+    first token and the head; stride = H * D)."""
+    o_x = o_t.to(tl.int64)[:, None] * stride + tl.arange(0, D)[None, :]  # [N, D]
+    return _load(p + o_x, m_t[:, None], 0.0, MASK)
+
+
+@triton.jit
+def _load_cols(p, o_t, m_t, stride, D: tl.constexpr, MASK: tl.constexpr):
+    """[D, N] codes of tokens o_t [N] of a transposed [H, D, T_pad] tensor (p at the head and
+    the document's first token; stride = T_pad)."""
+    o_x = tl.arange(0, D).to(tl.int64)[:, None] * stride + o_t[None, :]  # [D, N]
+    return _load(p + o_x, m_t[None, :], 0.0, MASK)
+
+
+@triton.jit
+def _query_factors(ptrs, o_i, m_i, hq, hkv, s2, SIGMA: tl.constexpr, MASK: tl.constexpr):
+    """Per-query vectors [N] of rows o_i: (qf = s2 2^eQ, qg = 2^eQ, m, rf = 2^(sigma - PV),
+    ro, dof = 2^edO, delta). Rows past the document's end get m = +inf and ro = 0, so their
+    P and G vanish. ptrs = (q_exps, do_exps, pv, m, ro, delta) at the document's first row
+    and the head; q_exps, do_exps: [Tq, Hq] int8; pv: [Tq, Hkv] int32; m, ro, delta: [Hq, Tq]."""
+    p_qe, p_doe, p_pv, p_m, p_ro, p_delta = ptrs
+    o_i = o_i.to(tl.int64)
+    e_q = _load(p_qe + o_i * hq, m_i, 0, MASK).to(tl.int32)
+    e_do = _load(p_doe + o_i * hq, m_i, 0, MASK).to(tl.int32)
+    pv = _load(p_pv + o_i * hkv, m_i, 0, MASK)
+    m = _load(p_m + o_i, m_i, float("inf"), MASK)
+    ro = _load(p_ro + o_i, m_i, 0.0, MASK)
+    delta = _load(p_delta + o_i, m_i, 0.0, MASK)
+    qg = pow2(e_q)
+    return s2 * qg, qg, m, pow2(SIGMA - pv), ro, pow2(e_do), delta
+
+
+@triton.jit
+def _key_factors(e_k, e_v):
+    """Per-key vectors [N] from the exponents: (kf = 2^eK, vf = 2^eV, vinv = 2^-eV)."""
+    return pow2(e_k), pow2(e_v), pow2(-e_v)
+
+
+@triton.jit
+def _visible(o_i, o_k, geo):
+    """Query o_i sees key o_k (broadcast positions in the document); geo = (Lq, Lk, wl, wr)
+    with unbounded window sides already replaced by a large bound (masks.py semantics)."""
+    len_q, len_k, wl, wr = geo
+    off = len_k - len_q
+    return (o_i < len_q) & (o_k < len_k) & (o_k <= o_i + off + wr) & (o_k >= o_i + off - wl)
+
+
+@triton.jit
+def _grad_scores(b_s, b_dp, qry, key, o_i, o_k, geo, Q_AXIS: tl.constexpr, MASK: tl.constexpr,
+                 INTERPRET: tl.constexpr):
+    """P codes and the gradient payload of one tile, NUMERICS.md 4 steps 1-6.
+
+    The tile is [queries, keys] (Q_AXIS = 0) or [keys, queries] (Q_AXIS = 1); every product
+    is elementwise, so one body serves both orientations. b_s: Q^.K^ and b_dp: dO^.V^ code
+    products (fp32, tile shape); qry: ``_query_factors``; key: ``_key_factors``; o_i, o_k:
+    query and key positions [N] in the document; geo: ``_visible``'s.
+    Returns (P^ float8e4nv, G fp32), tile shape; G is 0 where the pair is not visible."""
+    K_AXIS: tl.constexpr = 1 - Q_AXIS
+    qf, qg, m, rf, ro, dof, delta = qry
+    kf, vf, vinv = key
+    vf = tl.expand_dims(vf, Q_AXIS)
+    b_x = (b_s * tl.expand_dims(qf, K_AXIS)) * tl.expand_dims(kf, Q_AXIS)
+    if MASK:
+        m_vis = _visible(tl.expand_dims(o_i, K_AXIS), tl.expand_dims(o_k, Q_AXIS), geo)
+        b_x = tl.where(m_vis, b_x, float("-inf"))
+    b_p = tl.math.exp2(b_x - tl.expand_dims(m, K_AXIS))
+    # Pd comes from the fp32 value on the E4M3 grid, not from converting the fp8 codes back:
+    # on the H200 (Triton 3.6) an fp8 tensor that also feeds a wgmma as its A operand
+    # converted to fp32 as garbage (dK was NaN and changed from run to run).
+    b_pcf = round_e4m3((b_p * vf) * tl.expand_dims(rf, K_AXIS))
+    b_pc = b_pcf.to(tl.float8e4nv)
+    b_pd = (b_pcf * tl.expand_dims(ro, K_AXIS)) * tl.expand_dims(vinv, Q_AXIS)
+    b_dp = (b_dp * tl.expand_dims(dof, K_AXIS)) * vf
+    b_ds = b_pd * (b_dp - tl.expand_dims(delta, K_AXIS))
+    b_g = (b_ds * tl.expand_dims(qg, K_AXIS)) * tl.expand_dims(kf, Q_AXIS)
+    return b_pc, b_g
+
+
+@triton.jit
+def _row_scaled_mma(b_g, b_op, INTERPRET: tl.constexpr):
+    """(e4m3(G 2^-e) @ op) 2^e with one exponent per row of G, e = scale_exponent(rowmax |G|):
+    the dQ payload (rows = queries) and the dK payload (rows = keys). b_g: [R, C] fp32,
+    b_op: [C, D] fp8 -> [R, D] fp32."""
+    e = scale_exponent(tl.max(tl.abs(b_g), axis=1), E4M3_EQ, E4M3_MQ)  # [R]
+    b_gc = to_e4m3(b_g * pow2(-e)[:, None], INTERPRET)
+    b_zero = tl.zeros([b_g.shape[0], b_op.shape[1]], dtype=tl.float32)
+    return mma(b_gc, b_op, b_zero, INTERPRET) * pow2(e)[:, None]
+
+
+@triton.jit
+def _step_range(u0, len_u, len_v, c, w_lo, w_hi, BU: tl.constexpr, BV: tl.constexpr):
+    """Steps of BV positions (counted from the document start) along v that meet the tile
+    [u0, u0 + BU) along u (u0 < len_u), where u sees v iff u + c - w_lo <= v <= u + c + w_hi
+    and 0 <= v < len_v. Returns step indices (lo, hi, full_lo, full_hi): steps lo <= j < hi
+    meet the tile; in [full_lo, full_hi) every pair is visible and both the tile and the step
+    lie inside the document, so unmasked loads and math never touch positions past its end."""
+    v_min = tl.maximum(u0 + c - w_lo, 0)
+    v_end = tl.minimum(tl.minimum(u0 + BU, len_u) + c + w_hi, len_v)
+    lo = v_min // BV
+    hi = tl.where(v_end > v_min, tl.cdiv(v_end, BV), lo)
+    full_lo = tl.minimum(tl.maximum(tl.cdiv(tl.maximum(u0 + BU - 1 + c - w_lo, 0), BV), lo), hi)
+    # full steps also end before the first pair out of sight: v0 + BV - 1 <= u0 + c + w_hi
+    full_end = tl.minimum(u0 + c + w_hi + 1, len_v)
+    full_hi = tl.minimum(tl.maximum(tl.maximum(full_end, 0) // BV, full_lo), hi)
+    full_hi = tl.where(u0 + BU <= len_u, full_hi, full_lo)
+    return lo, hi, full_lo, full_hi
+
+
+@triton.jit
+def _masked_step(t, lo, full_lo, full_hi):
+    """The t-th step that needs the mask: [lo, full_lo) then [full_hi, hi)."""
+    return tl.where(t < full_lo - lo, lo + t, full_hi + (t - (full_lo - lo)))
+
+
+@triton.jit
+def _doc_bounds(p_cu_q, p_cu_k, doc, ALIGNED: tl.constexpr):
+    """(first query row, Lq, first key row, Lk) of document doc; rows int64, lengths int32.
+    ALIGNED: the caller's promise that document starts are multiples of T_ALIGN tokens, so
+    that tiles of the transposed codes (tokens contiguous) load as 16-byte vectors."""
+    q_start = tl.load(p_cu_q + doc)
+    k_start = tl.load(p_cu_k + doc)
+    if ALIGNED:
+        q_start = tl.multiple_of(q_start, T_ALIGN)
+        k_start = tl.multiple_of(k_start, T_ALIGN)
+    len_q = tl.load(p_cu_q + doc + 1) - q_start
+    len_k = tl.load(p_cu_k + doc + 1) - k_start
+    return q_start.to(tl.int64), len_q, k_start.to(tl.int64), len_k
+
+
+@triton.jit
+def _dkdv_step(acc_dk, acc_dv, b_k, b_v, key, o_k, i0, p_rows, p_cols, p_vecs, p_dote, geo, heads_q,
+               heads_kv, tq_pad, s2, SIGMA: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
+               MASK: tl.constexpr, INTERPRET: tl.constexpr):
+    """One query step [i0, i0 + BM) of a key tile: adds its dK and dV payloads to acc_dk,
+    acc_dv [BN, D]. b_k, b_v: [BN, D] codes; key: ``_key_factors``; o_k: [BN] key positions;
+    p_rows = (Q^, dO^) row-major and p_cols = (Q^T, dOt^T) transposed, p_vecs as
+    ``_query_factors`` and p_dote (dot_exps): all at the document's first row and the head."""
+    p_q, p_do = p_rows
+    p_qt, p_dott = p_cols
+    o_i = i0 + tl.arange(0, BM)  # [BM] query positions
+    m_i = o_i < geo[0]
+    b_q = _load_rows(p_q, o_i, m_i, heads_q * D, D, MASK)  # [BM, D]
+    b_do = _load_rows(p_do, o_i, m_i, heads_q * D, D, MASK)  # [BM, D]
+    b_qt = _load_cols(p_qt, o_i, m_i, tq_pad, D, MASK)  # [D, BM]
+    b_dott = _load_cols(p_dott, o_i, m_i, tq_pad, D, MASK)  # [D, BM]
+    qry = _query_factors(p_vecs, o_i, m_i, heads_q, heads_kv, s2, SIGMA, MASK)
+    # dOt^ has one exponent per query step: read it at the step's first row (inside the document).
+    e_dot = tl.load(p_dote + tl.cast(i0, tl.int64) * heads_q).to(tl.int32)
+    b_zero = tl.zeros([b_k.shape[0], BM], dtype=tl.float32)
+    b_st = mma(b_k, tl.trans(b_q), b_zero, INTERPRET)  # [BN, BM] S^T
+    b_dpt = mma(b_v, tl.trans(b_do), b_zero, INTERPRET)  # [BN, BM] dP^T before its factors
+    b_pct, b_gt = _grad_scores(b_st, b_dpt, qry, key, o_i, o_k, geo, 1, MASK, INTERPRET)
+    b_dv = mma(b_pct, tl.trans(b_dott), tl.zeros_like(acc_dv), INTERPRET)  # [BN, D]
+    acc_dv += b_dv * pow2(e_dot)
+    acc_dk += _row_scaled_mma(b_gt, tl.trans(b_qt), INTERPRET)
+    return acc_dk, acc_dv
+
+
+@triton.jit
+def _dkdv_kernel(p_q, p_qt, p_qe, p_k, p_ke, p_v, p_ve, p_do, p_doe, p_dott, p_dote, p_delta, p_m, p_ro, p_pv,
+                 p_cu_q, p_cu_k, p_dk, p_dv, s2, scale, wl, wr, total_q, heads_q, tq_pad,
+                 GROUP: tl.constexpr, SIGMA: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
+                 BN: tl.constexpr, ALIGNED: tl.constexpr, INTERPRET: tl.constexpr):
+    """Program (key tile, document, KV head): dK and dV [BN, D] of the tile, summed over the
+    query heads of its GQA group. Tile 0 goes first: under a causal mask it sees the most queries."""
+    doc, h_k = tl.program_id(1), tl.program_id(2).to(tl.int64)
+    heads_kv = heads_q // GROUP
+    q_start, len_q, k_start, len_k = _doc_bounds(p_cu_q, p_cu_k, doc, ALIGNED)
+    k0 = tl.program_id(0) * BN
+    if k0 >= len_k:
+        return
+    geo = (len_q, len_k, wl, wr)
+    o_k = k0 + tl.arange(0, BN)  # [BN] key positions
+    m_k = o_k < len_k
+    o_kv = (k_start * heads_kv + h_k) * D  # the document's first K, V, dK, dV row of this head
+    b_k = _load_rows(p_k + o_kv, o_k, m_k, heads_kv * D, D, True)  # [BN, D]
+    b_v = _load_rows(p_v + o_kv, o_k, m_k, heads_kv * D, D, True)  # [BN, D]
+    o_ke = k_start * heads_kv + h_k + o_k.to(tl.int64) * heads_kv  # [BN]
+    e_k = tl.load(p_ke + o_ke, mask=m_k, other=0).to(tl.int32)
+    e_v = tl.load(p_ve + o_ke, mask=m_k, other=0).to(tl.int32)
+    key = _key_factors(e_k, e_v)
+    # Key k is seen by the queries i with k - off - wr <= i <= k - off + wl.
+    lo, hi, full_lo, full_hi = _step_range(k0, len_k, len_q, len_q - len_k, wr, wl, BN, BM)
+    acc_dk = tl.zeros([BN, D], dtype=tl.float32)
+    acc_dv = tl.zeros([BN, D], dtype=tl.float32)
+    for g in range(GROUP):
+        h_q = h_k * GROUP + g
+        o_qd = (q_start * heads_q + h_q) * D
+        o_qt = h_q * D * tq_pad + q_start
+        o_qe = q_start * heads_q + h_q
+        o_qs = h_q * total_q + q_start
+        p_rows = (p_q + o_qd, p_do + o_qd)
+        p_cols = (p_qt + o_qt, p_dott + o_qt)
+        p_vecs = (p_qe + o_qe, p_doe + o_qe, p_pv + q_start * heads_kv + h_k, p_m + o_qs, p_ro + o_qs,
+                  p_delta + o_qs)
+        for j in range(full_lo, full_hi):
+            acc_dk, acc_dv = _dkdv_step(acc_dk, acc_dv, b_k, b_v, key, o_k, j * BM, p_rows, p_cols, p_vecs,
+                                        p_dote + o_qe, geo, heads_q, heads_kv, tq_pad, s2, SIGMA, D, BM, False,
+                                        INTERPRET)
+        for t in range(0, (full_lo - lo) + (hi - full_hi)):
+            i0 = _masked_step(t, lo, full_lo, full_hi) * BM
+            acc_dk, acc_dv = _dkdv_step(acc_dk, acc_dv, b_k, b_v, key, o_k, i0, p_rows, p_cols, p_vecs,
+                                        p_dote + o_qe, geo, heads_q, heads_kv, tq_pad, s2, SIGMA, D, BM, True,
+                                        INTERPRET)
+    o_out = o_kv + o_k.to(tl.int64)[:, None] * (heads_kv * D) + tl.arange(0, D)[None, :]  # [BN, D]
+    tl.store(p_dk + o_out, acc_dk * (scale * pow2(-e_k))[:, None], mask=m_k[:, None])
+    tl.store(p_dv + o_out, acc_dv * key[2][:, None], mask=m_k[:, None])
+
+
+@triton.jit
+def _dq_step(acc, b_q, b_do, qry, o_i, k0, p_rows, p_kt, p_vecs, geo, heads_kv, tk_pad, D: tl.constexpr,
+             BN: tl.constexpr, MASK: tl.constexpr, INTERPRET: tl.constexpr):
+    """One key step [k0, k0 + BN) of a query tile: acc [BM, D] += its dQ payload. b_q, b_do:
+    [BM, D] codes; qry: ``_query_factors``; o_i: [BM] query positions; p_rows = (K^, V^)
+    row-major, p_kt K^T transposed and p_vecs = (k_exps, v_exps): all at the document's
+    first key and the KV head."""
+    p_k, p_v = p_rows
+    p_ke, p_ve = p_vecs
+    o_k = k0 + tl.arange(0, BN)  # [BN] key positions
+    m_k = o_k < geo[1]
+    b_k = _load_rows(p_k, o_k, m_k, heads_kv * D, D, MASK)  # [BN, D]
+    b_v = _load_rows(p_v, o_k, m_k, heads_kv * D, D, MASK)  # [BN, D]
+    b_kt = _load_cols(p_kt, o_k, m_k, tk_pad, D, MASK)  # [D, BN]
+    o_ke = o_k.to(tl.int64) * heads_kv
+    e_k = _load(p_ke + o_ke, m_k, 0, MASK).to(tl.int32)
+    e_v = _load(p_ve + o_ke, m_k, 0, MASK).to(tl.int32)
+    key = _key_factors(e_k, e_v)
+    b_zero = tl.zeros([b_q.shape[0], BN], dtype=tl.float32)
+    b_s = mma(b_q, tl.trans(b_k), b_zero, INTERPRET)  # [BM, BN] S
+    b_dp = mma(b_do, tl.trans(b_v), b_zero, INTERPRET)  # [BM, BN] dP before its factors
+    _, b_g = _grad_scores(b_s, b_dp, qry, key, o_i, o_k, geo, 0, MASK, INTERPRET)
+    return acc + _row_scaled_mma(b_g, tl.trans(b_kt), INTERPRET)
+
+
+@triton.jit
+def _dq_kernel(p_q, p_qe, p_k, p_kt, p_ke, p_v, p_ve, p_do, p_doe, p_delta, p_m, p_ro, p_pv, p_cu_q, p_cu_k, p_dq,
+               s2, scale, wl, wr, total_q, heads_q, tk_pad, GROUP: tl.constexpr, SIGMA: tl.constexpr,
+               D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, ALIGNED: tl.constexpr,
+               INTERPRET: tl.constexpr):
+    """Program (query tile, document, query head): dQ [BM, D] of the tile. The tile index is
+    reversed so that the longest causal tiles start first."""
+    doc, h_q = tl.program_id(1), tl.program_id(2).to(tl.int64)
+    heads_kv = heads_q // GROUP
+    h_k = h_q // GROUP
+    q_start, len_q, k_start, len_k = _doc_bounds(p_cu_q, p_cu_k, doc, ALIGNED)
+    i0 = (tl.num_programs(0) - 1 - tl.program_id(0)) * BM
+    if i0 >= len_q:
+        return
+    geo = (len_q, len_k, wl, wr)
+    o_i = i0 + tl.arange(0, BM)  # [BM] query positions
+    m_i = o_i < len_q
+    o_qd = (q_start * heads_q + h_q) * D
+    b_q = _load_rows(p_q + o_qd, o_i, m_i, heads_q * D, D, True)  # [BM, D]
+    b_do = _load_rows(p_do + o_qd, o_i, m_i, heads_q * D, D, True)  # [BM, D]
+    o_qe = q_start * heads_q + h_q
+    o_qs = h_q * total_q + q_start
+    p_qvecs = (p_qe + o_qe, p_doe + o_qe, p_pv + q_start * heads_kv + h_k, p_m + o_qs, p_ro + o_qs, p_delta + o_qs)
+    qry = _query_factors(p_qvecs, o_i, m_i, heads_q, heads_kv, s2, SIGMA, True)
+    o_kv = (k_start * heads_kv + h_k) * D
+    o_ke = k_start * heads_kv + h_k
+    p_rows = (p_k + o_kv, p_v + o_kv)
+    p_kt_doc = p_kt + h_k * D * tk_pad + k_start
+    p_kvecs = (p_ke + o_ke, p_ve + o_ke)
+    # Query i sees the keys k with i + off - wl <= k <= i + off + wr.
+    lo, hi, full_lo, full_hi = _step_range(i0, len_q, len_k, len_k - len_q, wl, wr, BM, BN)
+    acc = tl.zeros([BM, D], dtype=tl.float32)
+    for j in range(full_lo, full_hi):
+        acc = _dq_step(acc, b_q, b_do, qry, o_i, j * BN, p_rows, p_kt_doc, p_kvecs, geo, heads_kv, tk_pad, D, BN,
+                       False, INTERPRET)
+    for t in range(0, (full_lo - lo) + (hi - full_hi)):
+        k0 = _masked_step(t, lo, full_lo, full_hi) * BN
+        acc = _dq_step(acc, b_q, b_do, qry, o_i, k0, p_rows, p_kt_doc, p_kvecs, geo, heads_kv, tk_pad, D, BN, True,
+                       INTERPRET)
+    e_q = tl.load(p_qe + o_qe + o_i.to(tl.int64) * heads_q, mask=m_i, other=0).to(tl.int32)
+    o_out = o_qd + o_i.to(tl.int64)[:, None] * (heads_q * D) + tl.arange(0, D)[None, :]  # [BM, D]
+    tl.store(p_dq + o_out, acc * (scale * pow2(-e_q))[:, None], mask=m_i[:, None])
+
+
+def _check(name: str, x: torch.Tensor, dtype: torch.dtype, shape: tuple) -> None:
+    if x.dtype != dtype:
+        raise ValueError(f"{name}: dtype must be {dtype}, got {x.dtype}")
+    if tuple(x.shape) != shape:
+        raise ValueError(f"{name}: expected shape {shape}, got {tuple(x.shape)}")
+    if not x.is_contiguous():
+        raise ValueError(f"{name}: must be contiguous")
+
+
+def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v_codes, v_exps, do_codes, do_exps,
+                       dot_codes_t, dot_exps, delta, m, ro, pv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                       *, causal: bool, window_size: tuple[int, int], softmax_scale: float, sigma: int,
+                       tiles: AttnTiles, aligned: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dQ, dK, dV of the MXFP8 route (NUMERICS.md 4), before the Hadamard rotate-back.
+
+    Codes are float8_e4m3fn: q_codes, do_codes [Tq, Hq, D]; k_codes, v_codes [Tk, Hkv, D];
+    q_codes_t, dot_codes_t [Hq, D, Tq_pad] and k_codes_t [Hkv, D, Tk_pad] (tokens contiguous,
+    zero from T to T_pad >= T). Exponents int8: q_exps, do_exps, dot_exps [Tq, Hq] (dot_exps
+    constant over each query step of ``tiles.bwd_block_m`` rows from the document start);
+    k_exps, v_exps [Tk, Hkv]. delta, m, ro: [Hq, Tq] fp32 (m = +inf and ro = 0 on rows that
+    see no key); pv: [Tq, Hkv] int32; cu_seqlens_*: int32 [num_docs + 1], with
+    cu_seqlens_*[-1] = T (rows outside every document are not written) and no document longer
+    than its max_seqlen. D is 64 or 128 and Hq a multiple of Hkv.
+    ``aligned``: a promise that every entry of cu_seqlens_q and cu_seqlens_k is a multiple of
+    16 (e.g. batched sequences of a multiple of 16 tokens), so the transposed tiles (Q^T, dOt^T,
+    K^T) load as 16-byte vectors instead of bytes; it cannot be checked without reading device
+    values, and a false promise reads wrong data.
+    Returns dq [Tq, Hq, D], dk and dv [Tk, Hkv, D], fp32. Nothing is read back to the host,
+    so the launches can be captured in a CUDA graph."""
+    tq, hq, d = q_codes.shape
+    tk, hkv = k_codes.shape[:2]
+    if d not in SUPPORTED_HEAD_DIMS:
+        raise ValueError(f"q_codes: head dim must be one of {SUPPORTED_HEAD_DIMS}, got {d}")
+    if k_codes.dim() != 3 or hkv == 0 or hq % hkv:
+        raise ValueError(f"k_codes: expected [Tk, Hkv, D] with Hq={hq} a multiple of Hkv, got {tuple(k_codes.shape)}")
+    tq_pad, tk_pad = q_codes_t.shape[-1], k_codes_t.shape[-1]
+    if tq_pad < tq or tk_pad < tk:
+        raise ValueError(f"q_codes_t, k_codes_t: the token axis must hold all {tq} and {tk} tokens, "
+                         f"got {tq_pad} and {tk_pad}")
+    fp8, i8 = torch.float8_e4m3fn, torch.int8
+    for name, x, dtype, shape in (
+            ("q_codes", q_codes, fp8, (tq, hq, d)), ("q_codes_t", q_codes_t, fp8, (hq, d, tq_pad)),
+            ("q_exps", q_exps, i8, (tq, hq)), ("k_codes", k_codes, fp8, (tk, hkv, d)),
+            ("k_codes_t", k_codes_t, fp8, (hkv, d, tk_pad)), ("k_exps", k_exps, i8, (tk, hkv)),
+            ("v_codes", v_codes, fp8, (tk, hkv, d)), ("v_exps", v_exps, i8, (tk, hkv)),
+            ("do_codes", do_codes, fp8, (tq, hq, d)), ("do_exps", do_exps, i8, (tq, hq)),
+            ("dot_codes_t", dot_codes_t, fp8, (hq, d, tq_pad)), ("dot_exps", dot_exps, i8, (tq, hq)),
+            ("delta", delta, torch.float32, (hq, tq)), ("m", m, torch.float32, (hq, tq)),
+            ("ro", ro, torch.float32, (hq, tq)), ("pv", pv, torch.int32, (tq, hkv)),
+            ("cu_seqlens_q", cu_seqlens_q, torch.int32, tuple(cu_seqlens_q.shape)),
+            ("cu_seqlens_k", cu_seqlens_k, torch.int32, tuple(cu_seqlens_q.shape))):
+        _check(name, x, dtype, shape)
+    dev = q_codes.device
+    dq = torch.empty((tq, hq, d), dtype=torch.float32, device=dev)
+    dk, dv = (torch.empty((tk, hkv, d), dtype=torch.float32, device=dev) for _ in range(2))
+    num_docs = cu_seqlens_q.shape[0] - 1
+    if min(tq, tk, num_docs) == 0:  # no query sees a key: every gradient is zero
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    wl, wr = effective_window(causal, window_size)
+    # An unbounded side becomes a bound no pair reaches, so one visibility rule serves all masks.
+    unbounded = int(max_seqlen_q) + int(max_seqlen_k)
+    wl, wr = (w if w >= 0 else unbounded for w in (wl, wr))
+    args = dict(s2=softmax_scale * LOG2E, scale=softmax_scale, wl=wl, wr=wr, total_q=tq, heads_q=hq,
+                GROUP=hq // hkv, SIGMA=sigma, D=d, ALIGNED=aligned, INTERPRET=interpreting(),
+                num_warps=tiles.bwd_warps, num_stages=tiles.bwd_stages)
+    grid = (triton.cdiv(max_seqlen_k, tiles.bwd_block_n), num_docs, hkv)
+    _dkdv_kernel[grid](q_codes, q_codes_t, q_exps, k_codes, k_exps, v_codes, v_exps, do_codes, do_exps, dot_codes_t,
+                       dot_exps, delta, m, ro, pv, cu_seqlens_q, cu_seqlens_k, dk, dv, tq_pad=tq_pad,
+                       BM=tiles.bwd_block_m, BN=tiles.bwd_block_n, **args)
+    grid = (triton.cdiv(max_seqlen_q, tiles.dq_block_m), num_docs, hq)
+    _dq_kernel[grid](q_codes, q_exps, k_codes, k_codes_t, k_exps, v_codes, v_exps, do_codes, do_exps, delta, m, ro,
+                     pv, cu_seqlens_q, cu_seqlens_k, dq, tk_pad=tk_pad, BM=tiles.dq_block_m, BN=tiles.dq_block_n,
+                     **args)
+    return dq, dk, dv

@@ -1,0 +1,164 @@
+"""The Triton MXFP8 backward (flamia/kernels/attn_bwd.py) against the emulator's backward
+(flamia/reference/emulated.py), fed the emulator's own quantized operands (Q^, K^, V^, dO^,
+dOt^ and their transposes, delta, m, ro, PV) so that only the two backward kernels are under
+test: dQ, dK and dV within fp32 summation-order noise. Without CUDA the kernels run on
+Triton's CPU interpreter, with small tiles (the emulator gets the same tiles)."""
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    # Triton picks the interpreter when a kernel is decorated: set it before the import below.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from flamia.formats.hadamard import hadamard_transform  # noqa: E402
+from flamia.kernels.attn_bwd import attention_backward  # noqa: E402
+from flamia.kernels.configs import AttnTiles  # noqa: E402
+from flamia.reference.emulated import emulate_backward, emulate_forward  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+FP8 = torch.float8_e4m3fn
+U = 2.0**-24  # fp32 unit roundoff
+T_ALIGN = 16  # the transposed codes pad tokens to this multiple
+# fp32 summation-order noise: over these cases, the default-tile one and five seeds (35 runs),
+# max |kernel - emulator| stayed within 2.7 U * max |emulator| for each of dQ, dK and dV; no
+# difference was the size of a flipped E4M3 code of P or G (~2^-4 of a term). 6x margin.
+GRAD_TOL = 16 * U
+
+
+def tiles(bwd_m: int, bwd_n: int, dq_m: int, dq_n: int) -> AttnTiles:
+    return AttnTiles(fwd_block_m=32, fwd_block_n=32, bwd_block_m=bwd_m, bwd_block_n=bwd_n, dq_block_m=dq_m,
+                     dq_block_n=dq_n)
+
+
+def cu_seqlens(lengths) -> torch.Tensor:
+    return torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
+
+
+def transposed(codes: torch.Tensor) -> torch.Tensor:
+    """[T, H, D] code values -> [H, D, T_pad] float8 (tokens contiguous, zero padded)."""
+    t, h, d = codes.shape
+    out = torch.zeros((h, d, -(-t // T_ALIGN) * T_ALIGN), device=codes.device)
+    out[:, :, :t] = codes.permute(1, 2, 0)
+    return out.to(FP8)
+
+
+def kernel_inputs(fwd, do) -> tuple[tuple, dict]:
+    """attention_backward's arguments from the emulator's operands and its dO quantization."""
+    spec, t = fwd.spec, fwd.tiles
+    go = fwd.numerics.grad_output(do, fwd.out, fwd.ro, spec.cu_seqlens_q, spec.max_seqlen_q, t.bwd_block_m)
+    q, k, v, g_do, g_dot = fwd.q_op, fwd.k_op, fwd.v_op, go.do, go.dot
+    i8 = torch.int8
+    args = (q.codes.to(FP8), transposed(q.codes), q.exps.to(i8), k.codes.to(FP8), transposed(k.codes), k.exps.to(i8),
+            v.codes.to(FP8), v.exps.to(i8), g_do.codes.to(FP8), g_do.exps.to(i8), transposed(g_dot.codes),
+            g_dot.exps.to(i8), go.delta, fwd.m, fwd.ro, fwd.pv, spec.cu_seqlens_q, spec.cu_seqlens_k,
+            spec.max_seqlen_q, spec.max_seqlen_k)
+    kwargs = dict(causal=spec.causal, window_size=spec.window_size, softmax_scale=spec.softmax_scale,
+                  sigma=spec.recipe.sigma, tiles=t)
+    return args, kwargs
+
+
+def rotated_back(fwd, grads):
+    """dQ and dK rotated back by the Hadamard transform where the emulator rotated them."""
+    dq, dk, dv = grads
+    if fwd.numerics.hadamard:
+        dq, dk = hadamard_transform(dq), hadamard_transform(dk)
+    return dq, dk, dv
+
+
+def run_both(lens_q, lens_k, heads, d, causal, window, tile_cfg, seed):
+    """(kernel (dq, dk, dv), emulator (dq, dk, dv)) on random normal bf16 inputs."""
+    g = torch.Generator().manual_seed(seed)
+    hq, hkv = heads
+    q = torch.randn(sum(lens_q), hq, d, generator=g).to(DEVICE, torch.bfloat16)
+    k = torch.randn(sum(lens_k), hkv, d, generator=g).to(DEVICE, torch.bfloat16)
+    v = torch.randn(sum(lens_k), hkv, d, generator=g).to(DEVICE, torch.bfloat16)
+    do = torch.randn(sum(lens_q), hq, d, generator=g).to(DEVICE, torch.bfloat16)
+    fwd = emulate_forward(q, k, v, cu_seqlens(lens_q), cu_seqlens(lens_k), max(lens_q), max(lens_k), causal=causal,
+                          softmax_scale=d**-0.5, window_size=window, recipe="mxfp8", tiles=tile_cfg)
+    args, kwargs = kernel_inputs(fwd, do)
+    return rotated_back(fwd, attention_backward(*args, **kwargs)), emulate_backward(fwd, do)
+
+
+def relative_errors(got, want) -> list[float]:
+    """max |got - want| / max |want| for each of dq, dk, dv."""
+    return [((a - b).abs().max() / b.abs().max()).item() for a, b in zip(got, want)]
+
+
+# (lens_q, lens_k or None (= lens_q), (Hq, Hkv), D, causal, window,
+#  (bwd_block_m, bwd_block_n, dq_block_m, dq_block_n))
+CASES = {
+    "causal-gqa-d64": ((63, 111, 1, 0, 40), None, (4, 2), 64, True, (-1, -1), (32, 64, 32, 16)),
+    "full-d128": ((63, 111, 1, 0, 40), None, (2, 1), 128, False, (-1, -1), (32, 64, 64, 32)),
+    # window edges inside the tiles: masked steps on both sides of the unmasked ones
+    "causal-window": ((111, 63, 1), None, (2, 1), 64, True, (60, -1), (16, 32, 16, 16)),
+    "two-sided-window-gqa": ((111, 0, 1, 40), None, (2, 1), 64, False, (40, 20), (16, 32, 32, 16)),
+    # Lq != Lk: bottom-right alignment leaves rows that see no key, a document without keys
+    # (its dQ is zero) and one without queries (its dK, dV are zero)
+    "causal-lq-ne-lk": ((63, 20, 1, 0, 5), (40, 111, 0, 7, 0), (4, 2), 64, True, (-1, -1), (16, 32, 32, 16)),
+    "window-lq-ne-lk": ((63, 20, 9), (40, 111, 0), (2, 1), 64, False, (7, 3), (16, 32, 32, 16)),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_backward_matches_emulator(name):
+    lens_q, lens_k, heads, d, causal, window, tile_sizes = CASES[name]
+    got, want = run_both(lens_q, lens_k or lens_q, heads, d, causal, window, tiles(*tile_sizes), seed=len(name))
+    for a, b in zip(got, want):
+        assert a.shape == b.shape and a.dtype == torch.float32 and b.abs().max() > 0
+        # rows of queries that see no key, and of keys that no query sees: exactly zero
+        zero_rows = (b == 0).all(-1)
+        assert not a[zero_rows].any()
+    errs = relative_errors(got, want)
+    assert max(errs) <= GRAD_TOL, f"dq, dk, dv relative errors {errs} (noise bound {GRAD_TOL:.3g})"
+
+
+def test_backward_default_tiles():
+    """The shipped tiles (64 x 128 dK/dV, 128 x 64 dQ) at D=128 with the Hadamard rotation."""
+    got, want = run_both((111, 1, 0, 63), (111, 1, 0, 63), (2, 1), 128, True, (-1, -1), AttnTiles(), seed=3)
+    errs = relative_errors(got, want)
+    assert max(errs) <= GRAD_TOL, f"dq, dk, dv relative errors {errs}"
+
+
+def test_backward_names_bad_argument():
+    t, h, d = 5, 2, 64
+    codes, codes_t = torch.zeros((t, h, d), dtype=FP8), torch.zeros((h, d, 16), dtype=FP8)
+    exps, stats = torch.zeros((t, h), dtype=torch.int8), torch.zeros((h, t))
+    args = [codes, codes_t, exps, codes, codes_t, exps, codes, exps, codes, exps, codes_t,
+            exps.int(),  # dot_exps: not int8
+            stats, stats, stats, torch.zeros((t, h), dtype=torch.int32), cu_seqlens([t]).cpu(), cu_seqlens([t]).cpu(),
+            t, t]
+    with pytest.raises(ValueError, match="^dot_exps: "):
+        attention_backward(*args, causal=True, window_size=(-1, -1), softmax_scale=0.125, sigma=4, tiles=AttnTiles())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_backward_matches_emulator_gpu():
+    """4 documents x 4096 tokens, 16 heads, D=128, causal, the shipped tiles. On the GPU exp2 is
+    approximate and the FP8 MMAs may accumulate with reduced precision, which may flip a few
+    E4M3 codes of P and G, so the bound is on the relative norm of the difference; a masking
+    or indexing error moves it by orders of magnitude more. Also: two runs agree bit for bit
+    (no atomics), so does the run with ``aligned`` (vector loads of the transposed codes), and
+    a CUDA-graph replay reproduces them (no host synchronisation)."""
+    lens = (4096,) * 4
+    g = torch.Generator().manual_seed(0)
+    q, k, v, do = (torch.randn(sum(lens), 16, 128, generator=g).to(DEVICE, torch.bfloat16) for _ in range(4))
+    cu = cu_seqlens(lens)
+    fwd = emulate_forward(q, k, v, cu, cu, 4096, 4096, causal=True, softmax_scale=128**-0.5, recipe="mxfp8",
+                          tiles=AttnTiles())
+    want = emulate_backward(fwd, do)
+    args, kwargs = kernel_inputs(fwd, do)
+    raw = attention_backward(*args, **kwargs)
+    errs = [((a - b).norm() / b.norm()).item() for a, b in zip(rotated_back(fwd, raw), want)]
+    print(f"gpu bwd vs emulator, relative norm error: dq {errs[0]:.3g}, dk {errs[1]:.3g}, dv {errs[2]:.3g}")
+    assert max(errs) <= 1e-2
+    assert all(torch.equal(a, b) for a, b in zip(attention_backward(*args, **kwargs), raw)), "two runs differ"
+    aligned = attention_backward(*args, **kwargs, aligned=True)  # documents start at multiples of 4096
+    assert all(torch.equal(a, b) for a, b in zip(aligned, raw)), "aligned changed the result"
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = attention_backward(*args, **kwargs)
+    graph.replay()
+    assert all(torch.equal(a, b) for a, b in zip(captured, raw)), "CUDA-graph replay differs"
