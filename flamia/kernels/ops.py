@@ -18,6 +18,9 @@ from .quantize import quantize_grad_output, quantize_operand
 class _TritonAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, spec: AttnSpec):
+        # The quantizer reads whole rows: views such as a split of a fused QKV projection
+        # (stride(-1) == 1, as the API requires) are copied once here.
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         recipe, d = spec.recipe, q.shape[-1]
         tiles, rotate, block = tiles_for(d), recipe.use_hadamard(d), recipe.scale_block
         # Q^T and K^T are written now, in the launch that reads Q and K anyway: the backward's
@@ -51,7 +54,6 @@ class _TritonAttention(torch.autograd.Function):
             sigma=spec.recipe.sigma, tiles=tiles)
         if ctx.rotate:
             dq, dk = hadamard_transform(dq), hadamard_transform(dk)
-        ctx.operands = None
         return dq.to(dout.dtype), dk.to(dout.dtype), dv.to(dout.dtype), None
 
 

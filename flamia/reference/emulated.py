@@ -33,6 +33,33 @@ class KeyTile:
     k1: int
     visible: torch.Tensor
     layout: DocLayout
+    tiles: AttnTiles
+
+    def in_bounds(self) -> torch.Tensor:
+        """[B, 1, Lq, k1 - k0] bool: pairs of a real query and a real key (visible or masked)."""
+        return _in_bounds(self.layout, self.layout.lq, self.k0, self.k1)
+
+    def diagonal(self, block_m: int, block_n: int) -> torch.Tensor:
+        """[B, 1, Lq, k1 - k0] bool: whether each pair lies in a diagonal tile of block_m
+        queries x block_n keys (tiles start at the document start): one holding both visible
+        and masked in-bounds pairs, where the causal or window boundary runs through."""
+        lay = self.layout
+        q1 = -(-lay.lq // block_m) * block_m
+        a0, a1 = self.k0 // block_n * block_n, -(-self.k1 // block_n) * block_n
+        vis = lay.visible(0, q1, a0, a1)                                   # [B, 1, q1, a1 - a0]
+        masked = _in_bounds(lay, q1, a0, a1) & ~vis
+        blocks = (vis.shape[0], 1, q1 // block_m, block_m, (a1 - a0) // block_n, block_n)
+        diag = vis.reshape(blocks).any(5).any(3) & masked.reshape(blocks).any(5).any(3)
+        diag = diag.repeat_interleave(block_m, 2).repeat_interleave(block_n, 3)
+        return diag[:, :, :lay.lq, self.k0 - a0:self.k1 - a0]
+
+
+def _in_bounds(lay: DocLayout, q1: int, k0: int, k1: int) -> torch.Tensor:
+    """[B, 1, q1, k1 - k0] bool: query < Lq and key < Lk of the document."""
+    dev = lay.len_q.device
+    qp = torch.arange(q1, device=dev)[:, None]
+    kp = torch.arange(k0, k1, device=dev)[None, :]
+    return (qp < lay.len_q) & (kp < lay.len_k)
 
 
 @dataclass
@@ -82,18 +109,31 @@ def _rows(lay: DocLayout, q_op, k_op, v_op, pv, spec: AttnSpec) -> _Rows:
                  rf=exp2i(spec.recipe.sigma - pv_q))
 
 
-def _scores(r: _Rows, tile: KeyTile) -> torch.Tensor:
-    """x = (S * qs) * kf with S = Q^ K^T over the tile's keys, -inf where not visible.
-    [B, H, Lq, N] fp32 (NUMERICS.md 3, step 1)."""
+def _scores(r: _Rows, tile: KeyTile) -> tuple[torch.Tensor, torch.Tensor]:
+    """x = (S * qs) * kf with S = Q^ K^T over the tile's keys, [B, H, Lq, N] fp32
+    (NUMERICS.md 3, step 1): (x, x with -inf where not visible)."""
     k0, k1 = tile.k0, tile.k1
     s = r.qc @ r.kc[:, :, k0:k1].transpose(-1, -2)
     x = (s * r.qs[..., None]) * r.kf[:, :, None, k0:k1]
-    return x.masked_fill(~tile.visible, float("-inf"))
+    return x, x.masked_fill(~tile.visible, float("-inf"))
 
 
-def _key_tiles(lay: DocLayout, width: int):
+def _key_tiles(lay: DocLayout, width: int, tiles: AttnTiles):
     for k0 in range(0, lay.lk, width):
-        yield KeyTile(k0, k0 + width, lay.visible(0, lay.lq, k0, k0 + width), lay)
+        yield KeyTile(k0, k0 + width, lay.visible(0, lay.lq, k0, k0 + width), lay, tiles)
+
+
+def _diagonal_rows(lay: DocLayout, num: Numerics, op) -> torch.Tensor | None:
+    """Padded rows [B, H, Lk, D] of a key-side operand's codes on diagonal tiles, or None."""
+    codes = num.diagonal_codes(op)
+    return None if codes is None else lay.rows_k(codes)
+
+
+def _on_diagonal(product, codes: torch.Tensor, diag_codes: torch.Tensor | None, diagonal) -> torch.Tensor:
+    """``product(codes)``, or ``product(diag_codes)`` where ``diagonal()`` holds: a 4-bit
+    operand contracted over keys takes per-key scales on diagonal tiles (NUMERICS.md 6)."""
+    out = product(codes)
+    return out if diag_codes is None else torch.where(diagonal(), product(diag_codes), out)
 
 
 def emulate_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False,
@@ -112,24 +152,28 @@ def emulate_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
     v_op = num.operand(v, cu_seqlens_k, max_seqlen_k, rotate=False)
     pv = prefix_v_exponent(v_op.exps, cu_seqlens_q, cu_seqlens_k, q.shape[0], causal, window_size)
     r = _rows(lay, q_op, k_op, v_op, pv, spec)
+    v_diag = _diagonal_rows(lay, num, v_op)
 
     b, h, lq, _ = r.qc.shape
     m = torch.full((b, h, lq), float("-inf"), device=q.device)
     l = torch.zeros((b, h, lq), device=q.device)
     acc = torch.zeros((b, h, lq, d), device=q.device)
     trace = []
-    for tile in _key_tiles(lay, tiles.fwd_block_n):
-        x = _scores(r, tile)
+    for tile in _key_tiles(lay, tiles.fwd_block_n, tiles):
+        k0, k1 = tile.k0, tile.k1
+        scores, x = _scores(r, tile)
         mx = x.amax(-1)
         m_new = torch.where(mx > m + recipe.tau, torch.ceil(mx), m)
         alpha = torch.where(m_new == float("-inf"), torch.ones_like(m), torch.exp2(m - m_new))
         p = num.exp2(x - _finite(m_new)[..., None], forward=True)
         l = l * alpha + p.sum(-1)
-        pq = num.p_values(p, x, m_new, r.vf[:, :, tile.k0:tile.k1], r.rf, tile, forward=True)
-        acc = acc * alpha[..., None] + pq @ r.vc[:, :, tile.k0:tile.k1]
+        pq = num.p_values(p, scores, m_new, r.vf[:, :, k0:k1], r.rf, tile, forward=True)
+        pv_tile = _on_diagonal(lambda c: pq @ c[:, :, k0:k1], r.vc, v_diag,
+                               lambda: tile.diagonal(tiles.fwd_block_m, tiles.fwd_block_n)[..., :1])
+        acc = acc * alpha[..., None] + pv_tile
         m = m_new
         if record_p:
-            trace.append((tile.k0, pq, m.clone()))
+            trace.append((k0, pq, m.clone()))
 
     valid = m > float("-inf")
     l_safe = torch.where(valid, l, torch.ones_like(l))
@@ -155,9 +199,9 @@ def _tile_sizes(t: AttnTiles) -> tuple[int, ...]:
 def _rebuild_p(r: _Rows, tile: KeyTile, m: torch.Tensor, num: Numerics) -> torch.Tensor:
     """The backward's P values of a key tile, relative to the saved final row max m
     (NUMERICS.md 4, steps 1-2). [B, H, Lq, N] fp32."""
-    x = _scores(r, tile)
+    scores, x = _scores(r, tile)
     p = num.exp2(x - m[..., None], forward=False)
-    return num.p_values(p, x, m, r.vf[:, :, tile.k0:tile.k1], r.rf, tile, forward=False)
+    return num.p_values(p, scores, m, r.vf[:, :, tile.k0:tile.k1], r.rf, tile, forward=False)
 
 
 def rebuild_p_trace(fwd: EmulatedForward) -> list[tuple[int, torch.Tensor]]:
@@ -166,13 +210,13 @@ def rebuild_p_trace(fwd: EmulatedForward) -> list[tuple[int, torch.Tensor]]:
     lay = fwd.layout
     r = _rows(lay, fwd.q_op, fwd.k_op, fwd.v_op, fwd.pv, fwd.spec)
     m = lay.rows_q(fwd.m.transpose(0, 1), fill=float("inf"))
-    return [(t.k0, _rebuild_p(r, t, m, fwd.numerics)) for t in _key_tiles(lay, fwd.tiles.fwd_block_n)]
+    return [(t.k0, _rebuild_p(r, t, m, fwd.numerics)) for t in _key_tiles(lay, fwd.tiles.fwd_block_n, fwd.tiles)]
 
 
 def emulate_backward(fwd: EmulatedForward, do: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dO [Tq, Hq, D] -> (dq [Tq, Hq, D], dk [Tk, Hkv, D], dv [Tk, Hkv, D]) fp32, NUMERICS.md 4."""
     spec, tiles, num, lay = fwd.spec, fwd.tiles, fwd.numerics, fwd.layout
-    q, k, _ = fwd.inputs
+    q, k, v = fwd.inputs
     r = _rows(lay, fwd.q_op, fwd.k_op, fwd.v_op, fwd.pv, spec)
     go = num.grad_output(do, fwd.out, fwd.ro, spec.cu_seqlens_q, spec.max_seqlen_q, tiles.bwd_block_m)
     gq, gk = num.grad_operands(q, k, fwd.q_op, fwd.k_op, spec.cu_seqlens_q, spec.cu_seqlens_k,
@@ -184,30 +228,35 @@ def emulate_backward(fwd: EmulatedForward, do: torch.Tensor) -> tuple[torch.Tens
     ro = lay.rows_q(fwd.ro.transpose(0, 1))
     qgc, qg = lay.rows_q(gq.codes), lay.rows_q(gq.factor, fill=1.0)
     kgc, kg = lay.rows_k(gk.codes), lay.rows_k(gk.factor, fill=1.0)
+    k_diag = _diagonal_rows(lay, num, gk)
+    gv = num.value_grad_operand(v, fwd.v_op, spec.cu_seqlens_k, spec.max_seqlen_k)
+    vgc, vgf = lay.rows_k(gv.codes), lay.rows_k(gv.factor, fill=1.0)
     vinv = 1.0 / r.vf
 
     b, h, lq, d = r.qc.shape
-    bm, dqn = tiles.bwd_block_m, tiles.dq_block_n
-    chunk = math.lcm(tiles.bwd_block_n, dqn)
+    bm, dqn = num.grad_groups(tiles)
+    chunk = math.lcm(tiles.bwd_block_n, tiles.dq_block_n)
     dq_acc = torch.zeros_like(r.qc)
     dk_acc = torch.zeros_like(r.kc)
     dv_acc = torch.zeros_like(r.vc)
     q_steps = qgc.unflatten(2, (lq // bm, bm))                      # [B, H, T, bm, D]
     dot_steps = dotc.unflatten(2, (lq // bm, bm))
     dot_step_f = dotf.unflatten(2, (lq // bm, bm))[..., 0]          # [B, H, T]: constant per step
-    for tile in _key_tiles(lay, chunk):
+    for tile in _key_tiles(lay, chunk, tiles):
         k0, k1 = tile.k0, tile.k1
         pq = _rebuild_p(r, tile, m, num)
         pd = (pq * ro[..., None]) * vinv[:, :, None, k0:k1]
-        dp = ((doc @ r.vc[:, :, k0:k1].transpose(-1, -2)) * dof[..., None]) * r.vf[:, :, None, k0:k1]
+        dp = ((doc @ vgc[:, :, k0:k1].transpose(-1, -2)) * dof[..., None]) * vgf[:, :, None, k0:k1]
         ds = pd * (dp - delta[..., None])
         g = (ds * qg[..., None]) * kg[:, :, None, k0:k1]            # [B, H, Lq, C]
 
         g_rows = g.unflatten(-1, (chunk // dqn, dqn))               # [B, H, Lq, S, dqn]
         e_row = num.grad_exponent(g_rows.abs().amax(-1))            # [B, H, Lq, S]
         g_dq = num.round_grad(g_rows * exp2i(-e_row)[..., None])
-        k_steps = kgc[:, :, k0:k1].unflatten(2, (chunk // dqn, dqn))  # [B, H, S, dqn, D]
-        dq_acc += (torch.einsum("bhqsn,bhsnd->bhqsd", g_dq, k_steps) * exp2i(e_row)[..., None]).sum(3)
+        dq_steps = _on_diagonal(  # [B, H, Lq, S, D]
+            lambda c: torch.einsum("bhqsn,bhsnd->bhqsd", g_dq, c[:, :, k0:k1].unflatten(2, (chunk // dqn, dqn))),
+            kgc, k_diag, lambda: tile.diagonal(tiles.dq_block_m, tiles.dq_block_n)[..., ::dqn, None])
+        dq_acc += (dq_steps * exp2i(e_row)[..., None]).sum(3)
 
         g_cols = g.unflatten(2, (lq // bm, bm))                     # [B, H, T, bm, C]
         e_col = num.grad_exponent(g_cols.abs().amax(3))             # [B, H, T, C]
@@ -240,7 +289,6 @@ class _EmulatedAttention(torch.autograd.Function):
     def backward(ctx, dout, _dlse):
         q, k, v = ctx.fwd.inputs
         dq, dk, dv = emulate_backward(ctx.fwd, dout.contiguous())
-        ctx.fwd = None
         return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None
 
 
