@@ -7,6 +7,7 @@ import torch
 
 from ..formats.bitexp import schraudolph_exp2
 from ..formats.e4m3 import E4M3_MAX, round_to_e4m3
+from ..kernels.configs import AttnTiles
 from ..recipes import Recipe
 from ..formats.scales import scale_exponent
 from .operands import GradOutput, Operand, quantize_grad_output, quantize_operand, quantize_per_tensor, row_delta
@@ -38,6 +39,15 @@ class Numerics:
         """The representations of Q and K in dK = G^T Q and dQ = G K (MXFP8: the same codes)."""
         return score_q, score_k
 
+    def value_grad_operand(self, v, v_op: Operand, cu_k, max_k) -> Operand:
+        """The representation of V in dP = dO V^T (MXFP8: the one P.V used)."""
+        return v_op
+
+    def diagonal_codes(self, op) -> torch.Tensor | None:
+        """Codes [T, H, D] that replace ``op``'s on diagonal tiles, where a 4-bit operand
+        contracted over keys (V in P.V, K in dQ) takes per-key scales; None: no replacement."""
+        return None
+
     def grad_output(self, do, o, ro, cu_q, max_q, step) -> GradOutput:
         g = quantize_grad_output(do, o, ro, cu_q, max_q, self.recipe.scale_block, step)
         if not self.recipe.per_tensor_scales:
@@ -52,8 +62,9 @@ class Numerics:
         return torch.exp2(x)
 
     def p_values(self, p, x, m, vf, rf, tile, forward: bool) -> torch.Tensor:
-        """P as it multiplies V's codes: round((p * vf) * rf). p, x: [B, H, Lq, N]; m, rf:
-        [B, H, Lq]; vf: [B, H, N]; tile: the key tile (for recipes whose P depends on it)."""
+        """P as it multiplies V's codes: round((p * vf) * rf). p: [B, H, Lq, N]; x: the scores
+        [B, H, Lq, N] before the visibility mask; m, rf: [B, H, Lq]; vf: [B, H, N]; tile: the
+        key tile (for recipes whose P depends on it)."""
         return self.round_p((p * vf[:, :, None, :]) * rf[..., None])
 
     def round_p(self, y: torch.Tensor) -> torch.Tensor:
@@ -68,6 +79,11 @@ class Numerics:
     def grad_exponent(self, amax: torch.Tensor) -> torch.Tensor:
         """Power-of-two exponent of a G scale group from its max |G|."""
         return scale_exponent(amax, self.qmax)
+
+    def grad_groups(self, tiles: AttnTiles) -> tuple[int, int]:
+        """Extents of G's scale groups: (queries per dK-payload group, keys per dQ-payload
+        group); MXFP8: the dK/dV loop's query step and the dQ loop's key step."""
+        return tiles.bwd_block_m, tiles.dq_block_n
 
 
 class Bf16Numerics(Numerics):
