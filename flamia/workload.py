@@ -6,7 +6,7 @@ An *attention callable* is any function
 with q [Tq, Hq, D], k and v [Tk, Hkv, D], out [Tq, Hq, D], lse [Hq, Tq], differentiable in
 q, k and v. :func:`as_attention` turns a flamia recipe into one.
 """
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Callable
 
 import torch
@@ -69,8 +69,8 @@ def make_packed_inputs(lengths, heads_q: int = 16, heads_kv: int | None = None, 
     sees the same inputs.
     """
     lengths = [int(n) for n in lengths]
-    if not lengths or min(lengths) < 1:
-        raise ValueError(f"lengths: need at least one document, each of >= 1 token, got {lengths}")
+    if not lengths or min(lengths) < 0 or sum(lengths) < 1:
+        raise ValueError(f"lengths: need documents of >= 0 tokens, at least one token in all, got {lengths}")
     heads_kv = heads_q if heads_kv is None else heads_kv
     if heads_q % heads_kv:
         raise ValueError(f"heads_kv: must divide heads_q={heads_q}, got {heads_kv}")
@@ -85,9 +85,9 @@ def make_packed_inputs(lengths, heads_q: int = 16, heads_kv: int | None = None, 
     q, k, v, do = normal(heads_q), normal(heads_kv), normal(heads_kv), normal(heads_q)
     if outlier_channels:
         gain = torch.ones(heads_kv, head_dim)
+        low, high = OUTLIER_RANGE
         for h in range(heads_kv):
             channels = torch.randperm(head_dim, generator=gen)[:outlier_channels]
-            low, high = OUTLIER_RANGE
             gain[h, channels] = low + (high - low) * torch.rand(outlier_channels, generator=gen)
         k, v = k * gain, v * gain
     cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
@@ -123,7 +123,7 @@ def training_call(attn: Attention, inputs: PackedInputs, causal: bool = True) ->
 def as_attention(recipe: "str | Recipe | Attention", backend: str | None = None) -> Attention:
     """A recipe (name or ``flamia.Recipe``) -> an attention callable through
     ``flamia.flash_attn_varlen_func``; a callable is returned unchanged."""
-    if callable(recipe) and not isinstance(recipe, Recipe):
+    if callable(recipe):
         return recipe
 
     def attn(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal):
@@ -151,7 +151,7 @@ def recipe_label(recipe: "str | Recipe | Attention") -> str:
         return recipe
     if isinstance(recipe, Recipe):
         default = Recipe(recipe.name)
-        changed = [f"{f}={getattr(recipe, f)}" for f in recipe.__dataclass_fields__
-                   if f != "name" and getattr(recipe, f) != getattr(default, f)]
+        changed = [f"{f.name}={getattr(recipe, f.name)}" for f in fields(recipe)
+                   if getattr(recipe, f.name) != getattr(default, f.name)]
         return recipe.name + (f"({', '.join(changed)})" if changed else "")
     return getattr(recipe, "__name__", type(recipe).__name__)

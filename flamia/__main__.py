@@ -1,0 +1,4 @@
+"""python -m flamia: the same as the ``flamia`` command."""
+from .cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,29 @@
+"""Shared fixtures: seeded generators and packed random inputs.
+
+Nothing here touches the environment (TRITON_INTERPRET and the like stay with the modules
+that need them), and flamia is imported only when a fixture is used.
+"""
+import pytest
+import torch
+
+
+@pytest.fixture
+def generator() -> torch.Generator:
+    """A CPU generator seeded with 0, fresh for every test."""
+    return torch.Generator().manual_seed(0)
+
+
+@pytest.fixture
+def packed_batch():
+    """Factory ``packed_batch(lengths, heads_q, heads_kv, head_dim, dtype=torch.bfloat16,
+    outlier_channels=0, seed=0, device="cpu")`` -> ``flamia.workload.PackedInputs`` with
+    q [T, Hq, D], k and v [T, Hkv, D], do [T, Hq, D] (random normal, drawn on the CPU from
+    ``seed``), cu_seqlens int32 [num_docs + 1] and max_seqlen. ``outlier_channels``: that
+    many channels per KV head of K and V are 20-100x larger."""
+    from flamia.workload import make_packed_inputs
+
+    def make(lengths, heads_q, heads_kv, head_dim, dtype=torch.bfloat16, outlier_channels=0, seed=0,
+             device="cpu"):
+        return make_packed_inputs(lengths, heads_q, heads_kv, head_dim, dtype, outlier_channels, seed, device)
+
+    return make
