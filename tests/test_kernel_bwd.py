@@ -15,12 +15,12 @@ if not torch.cuda.is_available():
 from flamia.formats.hadamard import hadamard_transform  # noqa: E402
 from flamia.kernels.attn_bwd import attention_backward  # noqa: E402
 from flamia.kernels.configs import AttnTiles  # noqa: E402
+from flamia.kernels.layout import aligned_starts, transposed_reference  # noqa: E402
 from flamia.reference.emulated import emulate_backward, emulate_forward  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 FP8 = torch.float8_e4m3fn
 U = 2.0**-24  # fp32 unit roundoff
-T_ALIGN = 16  # the transposed codes pad tokens to this multiple
 # fp32 summation-order noise: over these cases, the default-tile one and five seeds (35 runs),
 # max |kernel - emulator| stayed within 2.7 U * max |emulator| for each of dQ, dK and dV; no
 # difference was the size of a flipped E4M3 code of P or G (~2^-4 of a term). 6x margin.
@@ -36,24 +36,21 @@ def cu_seqlens(lengths) -> torch.Tensor:
     return torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
 
 
-def transposed(codes: torch.Tensor) -> torch.Tensor:
-    """[T, H, D] code values -> [H, D, T_pad] float8 (tokens contiguous, zero padded)."""
-    t, h, d = codes.shape
-    out = torch.zeros((h, d, -(-t // T_ALIGN) * T_ALIGN), device=codes.device)
-    out[:, :, :t] = codes.permute(1, 2, 0)
-    return out.to(FP8)
-
-
 def kernel_inputs(fwd, do) -> tuple[tuple, dict]:
     """attention_backward's arguments from the emulator's operands and its dO quantization."""
     spec, t = fwd.spec, fwd.tiles
     go = fwd.numerics.grad_output(do, fwd.out, fwd.ro, spec.cu_seqlens_q, spec.max_seqlen_q, t.bwd_block_m)
     q, k, v, g_do, g_dot = fwd.q_op, fwd.k_op, fwd.v_op, go.do, go.dot
+    cu_q, cu_k = spec.cu_seqlens_q, spec.cu_seqlens_k
     i8 = torch.int8
-    args = (q.codes.to(FP8), transposed(q.codes), q.exps.to(i8), k.codes.to(FP8), transposed(k.codes), k.exps.to(i8),
-            v.codes.to(FP8), v.exps.to(i8), g_do.codes.to(FP8), g_do.exps.to(i8), transposed(g_dot.codes),
-            g_dot.exps.to(i8), go.delta, fwd.m, fwd.ro, fwd.pv, spec.cu_seqlens_q, spec.cu_seqlens_k,
-            spec.max_seqlen_q, spec.max_seqlen_k)
+
+    def transposed(codes, cu):  # [H, D, T_t] float8 in the aligned layout
+        return transposed_reference(codes, cu).to(FP8)
+
+    args = (q.codes.to(FP8), transposed(q.codes, cu_q), q.exps.to(i8), k.codes.to(FP8), transposed(k.codes, cu_k),
+            k.exps.to(i8), v.codes.to(FP8), v.exps.to(i8), g_do.codes.to(FP8), g_do.exps.to(i8),
+            transposed(g_dot.codes, cu_q), g_dot.exps.to(i8), go.delta, fwd.m, fwd.ro, fwd.pv, cu_q, cu_k,
+            aligned_starts(cu_q), aligned_starts(cu_k), spec.max_seqlen_q, spec.max_seqlen_k)
     kwargs = dict(causal=spec.causal, window_size=spec.window_size, softmax_scale=spec.softmax_scale,
                   sigma=spec.recipe.sigma, tiles=t)
     return args, kwargs
@@ -123,12 +120,12 @@ def test_backward_default_tiles():
 
 def test_backward_names_bad_argument():
     t, h, d = 5, 2, 64
-    codes, codes_t = torch.zeros((t, h, d), dtype=FP8), torch.zeros((h, d, 16), dtype=FP8)
+    codes, codes_t = torch.zeros((t, h, d), dtype=FP8), torch.zeros((h, d, 32), dtype=FP8)
     exps, stats = torch.zeros((t, h), dtype=torch.int8), torch.zeros((h, t))
     args = [codes, codes_t, exps, codes, codes_t, exps, codes, exps, codes, exps, codes_t,
             exps.int(),  # dot_exps: not int8
-            stats, stats, stats, torch.zeros((t, h), dtype=torch.int32), cu_seqlens([t]).cpu(), cu_seqlens([t]).cpu(),
-            t, t]
+            stats, stats, stats, torch.zeros((t, h), dtype=torch.int32), *[cu_seqlens([t]).cpu()] * 2,
+            *[aligned_starts(cu_seqlens([t]).cpu())] * 2, t, t]
     with pytest.raises(ValueError, match="^dot_exps: "):
         attention_backward(*args, causal=True, window_size=(-1, -1), softmax_scale=0.125, sigma=4, tiles=AttnTiles())
 
@@ -140,8 +137,7 @@ def test_backward_matches_emulator_gpu():
     approximate and the FP8 MMAs may accumulate with reduced precision, which may flip a few
     E4M3 codes of P and G, so the bound is on the relative norm of the difference; a masking
     or indexing error moves it by orders of magnitude more. Also: two runs agree bit for bit
-    (no atomics), so does the run with ``aligned`` (vector loads of the transposed codes), and
-    a CUDA-graph replay reproduces them (no host synchronisation)."""
+    (no atomics), and a CUDA-graph replay reproduces them (no host synchronisation)."""
     lens = (4096,) * 4
     g = torch.Generator().manual_seed(0)
     q, k, v, do = (torch.randn(sum(lens), 16, 128, generator=g).to(DEVICE, torch.bfloat16) for _ in range(4))
@@ -155,8 +151,6 @@ def test_backward_matches_emulator_gpu():
     print(f"gpu bwd vs emulator, relative norm error: dq {errs[0]:.3g}, dk {errs[1]:.3g}, dv {errs[2]:.3g}")
     assert max(errs) <= 1e-2
     assert all(torch.equal(a, b) for a, b in zip(attention_backward(*args, **kwargs), raw)), "two runs differ"
-    aligned = attention_backward(*args, **kwargs, aligned=True)  # documents start at multiples of 4096
-    assert all(torch.equal(a, b) for a, b in zip(aligned, raw)), "aligned changed the result"
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         captured = attention_backward(*args, **kwargs)

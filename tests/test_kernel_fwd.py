@@ -16,6 +16,7 @@ if not torch.cuda.is_available():
 
 from flamia.kernels.attn_fwd import attention_forward  # noqa: E402
 from flamia.kernels.configs import AttnTiles  # noqa: E402
+from flamia.kernels.layout import aligned_starts, transposed_reference  # noqa: E402
 from flamia.reference.emulated import emulate_forward  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -41,23 +42,21 @@ def cu_seqlens(lengths) -> torch.Tensor:
 
 def kernel_inputs(fwd):
     """The kernel's operands from the emulator's: E4M3 codes as float8, int8 exponents, V^T
-    [Hkv, D, Tk_pad] (tokens contiguous, zero padded to a multiple of 16) and PV."""
-    tk, hkv, d = fwd.v_op.codes.shape
-    vt = torch.zeros((hkv, d, -(-tk // 16) * 16), device=DEVICE)
-    vt[:, :, :tk] = fwd.v_op.codes.permute(1, 2, 0)
+    [Hkv, D, Tk_t] (the aligned layout, zeros outside documents) and PV."""
+    vt = transposed_reference(fwd.v_op.codes, fwd.spec.cu_seqlens_k)
     exps = [op.exps.to(torch.int8) for op in (fwd.q_op, fwd.k_op, fwd.v_op)]
     return (fwd.q_op.codes.to(FP8), exps[0], fwd.k_op.codes.to(FP8), exps[1], vt.to(FP8), exps[2], fwd.pv)
 
 
-def launch(fwd, k_aligned=False):
+def launch(fwd):
     """The kernel on the emulator's operands, with the emulator's call description and tiles."""
     sp = fwd.spec
-    return attention_forward(*kernel_inputs(fwd), sp.cu_seqlens_q, sp.cu_seqlens_k, sp.max_seqlen_q, sp.max_seqlen_k,
-                             causal=sp.causal, window_size=sp.window_size, softmax_scale=sp.softmax_scale,
-                             tau=sp.recipe.tau, sigma=sp.recipe.sigma, tiles=fwd.tiles, k_aligned=k_aligned)
+    return attention_forward(*kernel_inputs(fwd), sp.cu_seqlens_q, sp.cu_seqlens_k, aligned_starts(sp.cu_seqlens_k),
+                             sp.max_seqlen_q, sp.max_seqlen_k, causal=sp.causal, window_size=sp.window_size,
+                             softmax_scale=sp.softmax_scale, tau=sp.recipe.tau, sigma=sp.recipe.sigma, tiles=fwd.tiles)
 
 
-def run_both(lens_q, lens_k, heads, d, causal, window, tile_cfg, seed, k_aligned=False):
+def run_both(lens_q, lens_k, heads, d, causal, window, tile_cfg, seed):
     """(kernel (out, lse, m, ro), emulator forward) on random normal bf16 inputs."""
     g = torch.Generator().manual_seed(seed)
     hq, hkv = heads
@@ -68,7 +67,7 @@ def run_both(lens_q, lens_k, heads, d, causal, window, tile_cfg, seed, k_aligned
     max_q, max_k = max(lens_q), max(lens_k)
     fwd = emulate_forward(q, k, v, cu_q, cu_k, max_q, max_k, causal=causal, softmax_scale=d**-0.5,
                           window_size=window, recipe="mxfp8", tiles=tile_cfg)
-    return launch(fwd, k_aligned), fwd
+    return launch(fwd), fwd
 
 
 def assert_invalid_rows(got, fwd):
@@ -149,20 +148,11 @@ def test_forward_names_bad_argument():
     i8 = torch.int8
     args = [torch.zeros((t, h, d), dtype=FP8), torch.zeros((t, h), dtype=torch.int32),  # q_exps: not int8
             torch.zeros((t, h, d), dtype=FP8), torch.zeros((t, h), dtype=i8),
-            torch.zeros((h, d, 16), dtype=FP8), torch.zeros((t, h), dtype=i8), torch.zeros((t, h), dtype=torch.int32),
-            cu_seqlens([t]).cpu(), cu_seqlens([t]).cpu(), t, t]
+            torch.zeros((h, d, 32), dtype=FP8), torch.zeros((t, h), dtype=i8), torch.zeros((t, h), dtype=torch.int32),
+            cu_seqlens([t]).cpu(), cu_seqlens([t]).cpu(), aligned_starts(cu_seqlens([t]).cpu()), t, t]
     with pytest.raises(ValueError, match="^q_exps: "):
         attention_forward(*args, causal=True, window_size=(-1, -1), softmax_scale=0.125, tau=4, sigma=4,
                           tiles=AttnTiles())
-
-
-def test_forward_aligned_keys():
-    """k_aligned (documents start at multiples of 16 keys) changes only how V^T loads, not a bit
-    of the result."""
-    lens = (64, 48, 16)
-    got, fwd = run_both(lens, lens, (2, 1), 64, True, (20, -1), tiles(32, 16), seed=5, k_aligned=True)
-    assert_matches(got, fwd)
-    assert all(torch.equal(a, b) for a, b in zip(got, launch(fwd)))
 
 
 @pytest.mark.gpu
@@ -172,4 +162,3 @@ def test_forward_matches_emulator_gpu():
     lens = (4096,) * 4
     got, fwd = run_both(lens, lens, (16, 16), 128, True, (-1, -1), AttnTiles(), seed=0)
     assert_near(got, fwd)
-    assert all(torch.equal(a, b) for a, b in zip(launch(fwd, k_aligned=True), got)), "k_aligned changed the result"

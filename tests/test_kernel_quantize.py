@@ -1,6 +1,7 @@
 """The fused Triton quantizer (flamia/kernels/quantize.py) against its torch reference
-(flamia/reference/operands.py): codes, transposed codes and exponents bit for bit, D within
-fp32 summation-order noise. Without CUDA the kernels run on Triton's CPU interpreter."""
+(flamia/reference/operands.py): codes, transposed codes (in the aligned layout of
+flamia/kernels/layout.py, zero outside documents) and exponents bit for bit, D within fp32
+summation-order noise. Without CUDA the kernels run on Triton's CPU interpreter."""
 import os
 
 import pytest
@@ -10,11 +11,13 @@ if not torch.cuda.is_available():
     # Triton picks the interpreter when a kernel is decorated: set it before the import below.
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+from flamia.kernels.layout import aligned_starts, transposed_extent, transposed_reference  # noqa: E402
 from flamia.kernels.quantize import quantize_grad_output, quantize_operand  # noqa: E402
 from flamia.reference import operands as ref  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-# Odd lengths, none a multiple of 32, a 1-token and an empty document; T = 117 pads to 128.
+# Odd lengths, none a multiple of 16, a 1-token and an empty document: every document but the
+# first starts off the 16-token grid in the packed rows.
 LENGTHS = (37, 1, 0, 70, 9)
 ZERO_ROWS = slice(38, 70)  # the first 32-token block of the 70-token document
 ZERO_HEAD = 1
@@ -55,12 +58,11 @@ def _bytes(codes: torch.Tensor) -> torch.Tensor:
     return codes.contiguous().view(torch.uint8)
 
 
-def _assert_transposed(codes_t: torch.Tensor, codes: torch.Tensor) -> None:
-    """codes_t [H, D, T_pad] holds codes [T, H, D] (reference values) token-contiguous, zeros after."""
-    total = codes.shape[0]
-    assert codes_t.shape[2] % 16 == 0 and codes_t.shape[2] - total < 16
-    assert torch.equal(_bytes(codes_t[:, :, :total]), _bytes(codes.permute(1, 2, 0)))
-    assert not _bytes(codes_t[:, :, total:]).any()
+def _assert_transposed(codes_t: torch.Tensor, cu_t: torch.Tensor, codes: torch.Tensor, cu: torch.Tensor) -> None:
+    """codes_t [H, D, T_t] and its document starts cu_t hold codes [T, H, D] (reference
+    values) in the aligned layout, zeros outside documents."""
+    assert torch.equal(cu_t, aligned_starts(cu))
+    assert torch.equal(_bytes(codes_t), _bytes(transposed_reference(codes, cu)))
 
 
 def _assert_operand(x: torch.Tensor, cu: torch.Tensor, max_seqlen: int, block: int, hadamard: bool) -> None:
@@ -69,7 +71,7 @@ def _assert_operand(x: torch.Tensor, cu: torch.Tensor, max_seqlen: int, block: i
     assert got.codes.dtype == got.codes_t.dtype == torch.float8_e4m3fn and got.exps.dtype == torch.int8
     assert torch.equal(_bytes(got.codes), _bytes(want.codes))
     assert torch.equal(got.exps.int(), want.exps)
-    _assert_transposed(got.codes_t, want.codes)
+    _assert_transposed(got.codes_t, got.cu_seqlens_t, want.codes, cu)
 
 
 @pytest.mark.parametrize("hadamard", [False, True])
@@ -89,7 +91,7 @@ def test_operand_input_dtypes(dtype):
 def test_operand_zero_block_and_row_major_only():
     x = _rows(LENGTHS, HEADS, 64, seed=6)
     got = quantize_operand(x, _cu_seqlens(LENGTHS), max(LENGTHS), 32, transposed=False)
-    assert got.codes_t is None
+    assert got.codes_t is None and got.cu_seqlens_t is None
     assert (got.exps[ZERO_ROWS, ZERO_HEAD] == -100).all() and not _bytes(got.codes[ZERO_ROWS, ZERO_HEAD]).any()
     assert torch.equal(_bytes(got.codes), _bytes(ref.quantize_operand(x, _cu_seqlens(LENGTHS), max(LENGTHS), 32).codes))
 
@@ -100,15 +102,15 @@ def _assert_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu:
     want = ref.quantize_grad_output(do, o, ro, cu, max_seqlen, block, STEP)
     assert torch.equal(_bytes(got.do_codes), _bytes(want.do.codes))
     assert torch.equal(got.do_exps.int(), want.do.exps)
-    _assert_transposed(got.dot_codes_t, want.dot.codes)
+    _assert_transposed(got.dot_codes_t, got.cu_seqlens_t, want.dot.codes, cu)
     assert torch.equal(got.dot_exps.int(), want.dot.exps)
     # D: the same products, summed in another order. Any order errs by at most (D - 1) u
     # sum|terms|, so two orders differ by at most 2 D u sum|terms| (measured: about 2 u).
     terms = (want.do.dequantize() * o.float()).abs().sum(-1).transpose(0, 1)  # [H, T]
     assert ((got.delta - want.delta).abs() <= 2 * do.shape[2] * U * terms).all()
     invalid = ro == 0  # [H, T]
-    dot = got.dot_codes_t[:, :, : do.shape[0]].permute(0, 2, 1)  # [H, T, D]
-    assert invalid.any() and (dot[invalid].float() == 0).all()
+    dot = want.dot.codes.transpose(0, 1)  # [H, T, D], equal to the kernel's (above)
+    assert invalid.any() and (dot[invalid] == 0).all()
 
 
 @pytest.mark.parametrize("block", [32, 1])
@@ -118,6 +120,38 @@ def test_grad_output_matches_reference(d, block):
     _assert_grad_output(do, o, ro, _cu_seqlens(LENGTHS), max(LENGTHS), block)
 
 
+def test_aligned_starts():
+    """cu_t = [0, cumsum(round_up(len, 16))] and T_t = round_up(T, 16) + 16 * num_docs."""
+    assert aligned_starts(_cu_seqlens(LENGTHS)).tolist() == [0, 48, 64, 64, 144, 160]
+    assert transposed_extent(sum(LENGTHS), len(LENGTHS)) == 128 + 16 * len(LENGTHS)
+
+
+@pytest.mark.parametrize("hadamard", [False, True])
+def test_transposed_gaps_are_zero(monkeypatch, hadamard):
+    """Columns outside documents (between them and past the last) hold zero codes written by
+    the launches: torch.empty is poisoned with 0xFF bytes (E4M3 NaNs), so any column a launch
+    leaves unwritten shows."""
+    empty = torch.empty
+
+    def poisoned_empty(*args, **kwargs):
+        out = empty(*args, **kwargs)
+        if out.dtype == torch.float8_e4m3fn:
+            out.view(torch.uint8).fill_(0xFF)
+        return out
+
+    monkeypatch.setattr(torch, "empty", poisoned_empty)
+    cu, d = _cu_seqlens(LENGTHS), 64
+    x = _rows(LENGTHS, HEADS, d, seed=11)
+    op = quantize_operand(x, cu, max(LENGTHS), 32, hadamard)
+    go = quantize_grad_output(x, x, _ro(LENGTHS, HEADS, seed=11), cu, max(LENGTHS), 32, STEP)
+    for codes_t, cu_t in ((op.codes_t, op.cu_seqlens_t), (go.dot_codes_t, go.cu_seqlens_t)):
+        outside = torch.ones(codes_t.shape[2], dtype=torch.bool)
+        for start, length in zip(cu_t.tolist(), LENGTHS):
+            outside[start:start + length] = False
+        assert outside.sum() > codes_t.shape[2] // 4  # gaps after 4 documents and a long tail
+        assert not _bytes(codes_t[:, :, outside.to(codes_t.device)]).any()
+
+
 @pytest.mark.parametrize("call, match", [
     (lambda x, cu: quantize_operand(x.float()[..., :48].contiguous(), cu, 70), "x: head dim"),
     (lambda x, cu: quantize_operand(x.transpose(0, 1), cu, 70), "x: expected a contiguous"),
@@ -125,6 +159,7 @@ def test_grad_output_matches_reference(d, block):
     (lambda x, cu: quantize_operand(x[..., :32].contiguous(), cu, 70, hadamard=True), "hadamard"),
     (lambda x, cu: quantize_grad_output(x, x, torch.ones(2, 3, device=DEVICE), cu, 70), "ro"),
     (lambda x, cu: quantize_grad_output(x, x, torch.ones(2, 117, device=DEVICE), cu, 70, step=48), "step"),
+    (lambda x, cu: quantize_grad_output(x, x, torch.ones(2, 117, device=DEVICE), cu, 70, block=8, step=8), "step"),
     (lambda x, cu: quantize_grad_output(x, x, torch.ones(2, 117, device=DEVICE), cu, 70, block=32, step=16), "block"),
 ])
 def test_invalid_arguments_are_named(call, match):

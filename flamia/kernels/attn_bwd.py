@@ -12,7 +12,8 @@ fp32 summation order differs from ``flamia/reference/emulated.py``. Neither uses
 Tiles and steps start at document starts. Steps whose pairs are all visible run the same
 body as the others with the mask (and the masked loads) compiled out.
 Hopper's FP8 MMA needs K-major operands, hence the transposed inputs: dK reads Q^T, dQ reads
-K^T and dV reads dOt^T, with tokens contiguous.
+K^T and dV reads dOt^T, with tokens contiguous and every document starting at a multiple of
+16 columns (layout.py), so their tiles load as 16-byte vectors.
 """
 import math
 
@@ -23,9 +24,11 @@ import triton.language as tl
 from ..masks import effective_window
 from .configs import SUPPORTED_HEAD_DIMS, AttnTiles
 from .fp8 import E4M3_EQ, E4M3_MQ, interpreting, mma, pow2, round_e4m3, scale_exponent, to_e4m3
+from .layout import T_ALIGN as _T_ALIGN
+from .layout import transposed_extent
 
 LOG2E = math.log2(math.e)
-T_ALIGN = tl.constexpr(16)  # tokens: the transposed codes' rows are 16-byte aligned at multiples of this
+T_ALIGN = tl.constexpr(_T_ALIGN)  # the transposed codes' documents start at multiples of this column
 
 
 @triton.jit
@@ -47,11 +50,13 @@ def _load_rows(p, o_t, m_t, stride, D: tl.constexpr, MASK: tl.constexpr):
 
 
 @triton.jit
-def _load_cols(p, o_t, m_t, stride, D: tl.constexpr, MASK: tl.constexpr):
-    """[D, N] codes of tokens o_t [N] of a transposed [H, D, T_pad] tensor (p at the head and
-    the document's first token; stride = T_pad)."""
+def _load_cols(p, o_t, span, stride, D: tl.constexpr, MASK: tl.constexpr):
+    """[D, N] codes of tokens o_t [N] of a transposed [H, D, T_t] tensor (p at the head and
+    the document's first column; stride = T_t). Masked loads stop at ``span``, the document's
+    length rounded up to T_ALIGN: its columns past the end hold zero codes, and a bound that
+    is a multiple of T_ALIGN keeps the mask constant over 16-byte vectors."""
     o_x = tl.arange(0, D).to(tl.int64)[:, None] * stride + o_t[None, :]  # [D, N]
-    return _load(p + o_x, m_t[None, :], 0.0, MASK)
+    return _load(p + o_x, (o_t < span)[None, :], 0.0, MASK)
 
 
 @triton.jit
@@ -155,36 +160,33 @@ def _masked_step(t, lo, full_lo, full_hi):
 
 
 @triton.jit
-def _doc_bounds(p_cu_q, p_cu_k, doc, ALIGNED: tl.constexpr):
-    """(first query row, Lq, first key row, Lk) of document doc; rows int64, lengths int32.
-    ALIGNED: the caller's promise that document starts are multiples of T_ALIGN tokens, so
-    that tiles of the transposed codes (tokens contiguous) load as 16-byte vectors."""
-    q_start = tl.load(p_cu_q + doc)
-    k_start = tl.load(p_cu_k + doc)
-    if ALIGNED:
-        q_start = tl.multiple_of(q_start, T_ALIGN)
-        k_start = tl.multiple_of(k_start, T_ALIGN)
-    len_q = tl.load(p_cu_q + doc + 1) - q_start
-    len_k = tl.load(p_cu_k + doc + 1) - k_start
-    return q_start.to(tl.int64), len_q, k_start.to(tl.int64), len_k
+def _doc_bounds(p_cu, p_cu_t, doc):
+    """(first row int64, length int32, first transposed column int64, span int32) of document
+    doc on one side (queries or keys): the column is a multiple of T_ALIGN (``layout.py``),
+    and the span, the length rounded up to T_ALIGN, bounds the document's columns."""
+    start = tl.load(p_cu + doc)
+    length = tl.load(p_cu + doc + 1) - start
+    start_t = tl.multiple_of(tl.load(p_cu_t + doc), T_ALIGN)
+    return start.to(tl.int64), length, start_t.to(tl.int64), tl.cdiv(length, T_ALIGN) * T_ALIGN
 
 
 @triton.jit
-def _dkdv_step(acc_dk, acc_dv, b_k, b_v, key, o_k, i0, p_rows, p_cols, p_vecs, p_dote, geo, heads_q,
-               heads_kv, tq_pad, s2, SIGMA: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
+def _dkdv_step(acc_dk, acc_dv, b_k, b_v, key, o_k, i0, p_rows, p_cols, p_vecs, p_dote, geo, span_q, heads_q,
+               heads_kv, tq_t, s2, SIGMA: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
                MASK: tl.constexpr, INTERPRET: tl.constexpr):
     """One query step [i0, i0 + BM) of a key tile: adds its dK and dV payloads to acc_dk,
     acc_dv [BN, D]. b_k, b_v: [BN, D] codes; key: ``_key_factors``; o_k: [BN] key positions;
-    p_rows = (Q^, dO^) row-major and p_cols = (Q^T, dOt^T) transposed, p_vecs as
-    ``_query_factors`` and p_dote (dot_exps): all at the document's first row and the head."""
+    p_rows = (Q^, dO^) row-major and p_cols = (Q^T, dOt^T) transposed (row stride tq_t), p_vecs
+    as ``_query_factors`` and p_dote (dot_exps): all at the document's first row (column) and
+    the head; span_q: the document's transposed span (``_doc_bounds``)."""
     p_q, p_do = p_rows
     p_qt, p_dott = p_cols
     o_i = i0 + tl.arange(0, BM)  # [BM] query positions
     m_i = o_i < geo[0]
     b_q = _load_rows(p_q, o_i, m_i, heads_q * D, D, MASK)  # [BM, D]
     b_do = _load_rows(p_do, o_i, m_i, heads_q * D, D, MASK)  # [BM, D]
-    b_qt = _load_cols(p_qt, o_i, m_i, tq_pad, D, MASK)  # [D, BM]
-    b_dott = _load_cols(p_dott, o_i, m_i, tq_pad, D, MASK)  # [D, BM]
+    b_qt = _load_cols(p_qt, o_i, span_q, tq_t, D, MASK)  # [D, BM]
+    b_dott = _load_cols(p_dott, o_i, span_q, tq_t, D, MASK)  # [D, BM]
     qry = _query_factors(p_vecs, o_i, m_i, heads_q, heads_kv, s2, SIGMA, MASK)
     # dOt^ has one exponent per query step: read it at the step's first row (inside the document).
     e_dot = tl.load(p_dote + tl.cast(i0, tl.int64) * heads_q).to(tl.int32)
@@ -200,14 +202,15 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, key, o_k, i0, p_rows, p_cols, p_vecs, p
 
 @triton.jit
 def _dkdv_kernel(p_q, p_qt, p_qe, p_k, p_ke, p_v, p_ve, p_do, p_doe, p_dott, p_dote, p_delta, p_m, p_ro, p_pv,
-                 p_cu_q, p_cu_k, p_dk, p_dv, s2, scale, wl, wr, total_q, heads_q, tq_pad,
+                 p_cu_q, p_cu_k, p_cu_qt, p_cu_kt, p_dk, p_dv, s2, scale, wl, wr, total_q, heads_q, tq_t,
                  GROUP: tl.constexpr, SIGMA: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
-                 BN: tl.constexpr, ALIGNED: tl.constexpr, INTERPRET: tl.constexpr):
+                 BN: tl.constexpr, INTERPRET: tl.constexpr):
     """Program (key tile, document, KV head): dK and dV [BN, D] of the tile, summed over the
     query heads of its GQA group. Tile 0 goes first: under a causal mask it sees the most queries."""
     doc, h_k = tl.program_id(1), tl.program_id(2).to(tl.int64)
     heads_kv = heads_q // GROUP
-    q_start, len_q, k_start, len_k = _doc_bounds(p_cu_q, p_cu_k, doc, ALIGNED)
+    q_start, len_q, q_start_t, span_q = _doc_bounds(p_cu_q, p_cu_qt, doc)
+    k_start, len_k, _, _ = _doc_bounds(p_cu_k, p_cu_kt, doc)
     k0 = tl.program_id(0) * BN
     if k0 >= len_k:
         return
@@ -228,7 +231,7 @@ def _dkdv_kernel(p_q, p_qt, p_qe, p_k, p_ke, p_v, p_ve, p_do, p_doe, p_dott, p_d
     for g in range(GROUP):
         h_q = h_k * GROUP + g
         o_qd = (q_start * heads_q + h_q) * D
-        o_qt = h_q * D * tq_pad + q_start
+        o_qt = h_q * D * tq_t + q_start_t
         o_qe = q_start * heads_q + h_q
         o_qs = h_q * total_q + q_start
         p_rows = (p_q + o_qd, p_do + o_qd)
@@ -237,12 +240,12 @@ def _dkdv_kernel(p_q, p_qt, p_qe, p_k, p_ke, p_v, p_ve, p_do, p_doe, p_dott, p_d
                   p_delta + o_qs)
         for j in range(full_lo, full_hi):
             acc_dk, acc_dv = _dkdv_step(acc_dk, acc_dv, b_k, b_v, key, o_k, j * BM, p_rows, p_cols, p_vecs,
-                                        p_dote + o_qe, geo, heads_q, heads_kv, tq_pad, s2, SIGMA, D, BM, False,
+                                        p_dote + o_qe, geo, span_q, heads_q, heads_kv, tq_t, s2, SIGMA, D, BM, False,
                                         INTERPRET)
         for t in range(0, (full_lo - lo) + (hi - full_hi)):
             i0 = _masked_step(t, lo, full_lo, full_hi) * BM
             acc_dk, acc_dv = _dkdv_step(acc_dk, acc_dv, b_k, b_v, key, o_k, i0, p_rows, p_cols, p_vecs,
-                                        p_dote + o_qe, geo, heads_q, heads_kv, tq_pad, s2, SIGMA, D, BM, True,
+                                        p_dote + o_qe, geo, span_q, heads_q, heads_kv, tq_t, s2, SIGMA, D, BM, True,
                                         INTERPRET)
     o_out = o_kv + o_k.to(tl.int64)[:, None] * (heads_kv * D) + tl.arange(0, D)[None, :]  # [BN, D]
     tl.store(p_dk + o_out, acc_dk * (scale * pow2(-e_k))[:, None], mask=m_k[:, None])
@@ -250,19 +253,19 @@ def _dkdv_kernel(p_q, p_qt, p_qe, p_k, p_ke, p_v, p_ve, p_do, p_doe, p_dott, p_d
 
 
 @triton.jit
-def _dq_step(acc, b_q, b_do, qry, o_i, k0, p_rows, p_kt, p_vecs, geo, heads_kv, tk_pad, D: tl.constexpr,
+def _dq_step(acc, b_q, b_do, qry, o_i, k0, p_rows, p_kt, p_vecs, geo, span_k, heads_kv, tk_t, D: tl.constexpr,
              BN: tl.constexpr, MASK: tl.constexpr, INTERPRET: tl.constexpr):
     """One key step [k0, k0 + BN) of a query tile: acc [BM, D] += its dQ payload. b_q, b_do:
     [BM, D] codes; qry: ``_query_factors``; o_i: [BM] query positions; p_rows = (K^, V^)
-    row-major, p_kt K^T transposed and p_vecs = (k_exps, v_exps): all at the document's
-    first key and the KV head."""
+    row-major, p_kt K^T transposed (row stride tk_t) and p_vecs = (k_exps, v_exps): all at
+    the document's first key (column) and the KV head; span_k: the document's transposed span."""
     p_k, p_v = p_rows
     p_ke, p_ve = p_vecs
     o_k = k0 + tl.arange(0, BN)  # [BN] key positions
     m_k = o_k < geo[1]
     b_k = _load_rows(p_k, o_k, m_k, heads_kv * D, D, MASK)  # [BN, D]
     b_v = _load_rows(p_v, o_k, m_k, heads_kv * D, D, MASK)  # [BN, D]
-    b_kt = _load_cols(p_kt, o_k, m_k, tk_pad, D, MASK)  # [D, BN]
+    b_kt = _load_cols(p_kt, o_k, span_k, tk_t, D, MASK)  # [D, BN]
     o_ke = o_k.to(tl.int64) * heads_kv
     e_k = _load(p_ke + o_ke, m_k, 0, MASK).to(tl.int32)
     e_v = _load(p_ve + o_ke, m_k, 0, MASK).to(tl.int32)
@@ -275,16 +278,16 @@ def _dq_step(acc, b_q, b_do, qry, o_i, k0, p_rows, p_kt, p_vecs, geo, heads_kv, 
 
 
 @triton.jit
-def _dq_kernel(p_q, p_qe, p_k, p_kt, p_ke, p_v, p_ve, p_do, p_doe, p_delta, p_m, p_ro, p_pv, p_cu_q, p_cu_k, p_dq,
-               s2, scale, wl, wr, total_q, heads_q, tk_pad, GROUP: tl.constexpr, SIGMA: tl.constexpr,
-               D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, ALIGNED: tl.constexpr,
-               INTERPRET: tl.constexpr):
+def _dq_kernel(p_q, p_qe, p_k, p_kt, p_ke, p_v, p_ve, p_do, p_doe, p_delta, p_m, p_ro, p_pv, p_cu_q, p_cu_k,
+               p_cu_qt, p_cu_kt, p_dq, s2, scale, wl, wr, total_q, heads_q, tk_t, GROUP: tl.constexpr,
+               SIGMA: tl.constexpr, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, INTERPRET: tl.constexpr):
     """Program (query tile, document, query head): dQ [BM, D] of the tile. The tile index is
     reversed so that the longest causal tiles start first."""
     doc, h_q = tl.program_id(1), tl.program_id(2).to(tl.int64)
     heads_kv = heads_q // GROUP
     h_k = h_q // GROUP
-    q_start, len_q, k_start, len_k = _doc_bounds(p_cu_q, p_cu_k, doc, ALIGNED)
+    q_start, len_q, _, _ = _doc_bounds(p_cu_q, p_cu_qt, doc)
+    k_start, len_k, k_start_t, span_k = _doc_bounds(p_cu_k, p_cu_kt, doc)
     i0 = (tl.num_programs(0) - 1 - tl.program_id(0)) * BM
     if i0 >= len_q:
         return
@@ -301,18 +304,18 @@ def _dq_kernel(p_q, p_qe, p_k, p_kt, p_ke, p_v, p_ve, p_do, p_doe, p_delta, p_m,
     o_kv = (k_start * heads_kv + h_k) * D
     o_ke = k_start * heads_kv + h_k
     p_rows = (p_k + o_kv, p_v + o_kv)
-    p_kt_doc = p_kt + h_k * D * tk_pad + k_start
+    p_kt_doc = p_kt + h_k * D * tk_t + k_start_t
     p_kvecs = (p_ke + o_ke, p_ve + o_ke)
     # Query i sees the keys k with i + off - wl <= k <= i + off + wr.
     lo, hi, full_lo, full_hi = _step_range(i0, len_q, len_k, len_k - len_q, wl, wr, BM, BN)
     acc = tl.zeros([BM, D], dtype=tl.float32)
     for j in range(full_lo, full_hi):
-        acc = _dq_step(acc, b_q, b_do, qry, o_i, j * BN, p_rows, p_kt_doc, p_kvecs, geo, heads_kv, tk_pad, D, BN,
-                       False, INTERPRET)
+        acc = _dq_step(acc, b_q, b_do, qry, o_i, j * BN, p_rows, p_kt_doc, p_kvecs, geo, span_k, heads_kv, tk_t, D,
+                       BN, False, INTERPRET)
     for t in range(0, (full_lo - lo) + (hi - full_hi)):
         k0 = _masked_step(t, lo, full_lo, full_hi) * BN
-        acc = _dq_step(acc, b_q, b_do, qry, o_i, k0, p_rows, p_kt_doc, p_kvecs, geo, heads_kv, tk_pad, D, BN, True,
-                       INTERPRET)
+        acc = _dq_step(acc, b_q, b_do, qry, o_i, k0, p_rows, p_kt_doc, p_kvecs, geo, span_k, heads_kv, tk_t, D, BN,
+                       True, INTERPRET)
     e_q = tl.load(p_qe + o_qe + o_i.to(tl.int64) * heads_q, mask=m_i, other=0).to(tl.int32)
     o_out = o_qd + o_i.to(tl.int64)[:, None] * (heads_q * D) + tl.arange(0, D)[None, :]  # [BM, D]
     tl.store(p_dq + o_out, acc * (scale * pow2(-e_q))[:, None], mask=m_i[:, None])
@@ -328,23 +331,21 @@ def _check(name: str, x: torch.Tensor, dtype: torch.dtype, shape: tuple) -> None
 
 
 def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v_codes, v_exps, do_codes, do_exps,
-                       dot_codes_t, dot_exps, delta, m, ro, pv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                       *, causal: bool, window_size: tuple[int, int], softmax_scale: float, sigma: int,
-                       tiles: AttnTiles, aligned: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                       dot_codes_t, dot_exps, delta, m, ro, pv, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t,
+                       max_seqlen_q, max_seqlen_k, *, causal: bool, window_size: tuple[int, int], softmax_scale: float,
+                       sigma: int, tiles: AttnTiles) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dQ, dK, dV of the MXFP8 route (NUMERICS.md 4), before the Hadamard rotate-back.
 
     Codes are float8_e4m3fn: q_codes, do_codes [Tq, Hq, D]; k_codes, v_codes [Tk, Hkv, D];
-    q_codes_t, dot_codes_t [Hq, D, Tq_pad] and k_codes_t [Hkv, D, Tk_pad] (tokens contiguous,
-    zero from T to T_pad >= T). Exponents int8: q_exps, do_exps, dot_exps [Tq, Hq] (dot_exps
+    q_codes_t, dot_codes_t [Hq, D, Tq_t] and k_codes_t [Hkv, D, Tk_t] (tokens contiguous in the
+    layout of ``layout.py``, zero codes outside documents). Exponents int8: q_exps, do_exps, dot_exps [Tq, Hq] (dot_exps
     constant over each query step of ``tiles.bwd_block_m`` rows from the document start);
     k_exps, v_exps [Tk, Hkv]. delta, m, ro: [Hq, Tq] fp32 (m = +inf and ro = 0 on rows that
-    see no key); pv: [Tq, Hkv] int32; cu_seqlens_*: int32 [num_docs + 1], with
+    see no key); pv: [Tq, Hkv] int32; cu_seqlens_q/k: int32 [num_docs + 1], with
     cu_seqlens_*[-1] = T (rows outside every document are not written) and no document longer
-    than its max_seqlen. D is 64 or 128 and Hq a multiple of Hkv.
-    ``aligned``: a promise that every entry of cu_seqlens_q and cu_seqlens_k is a multiple of
-    16 (e.g. batched sequences of a multiple of 16 tokens), so the transposed tiles (Q^T, dOt^T,
-    K^T) load as 16-byte vectors instead of bytes; it cannot be checked without reading device
-    values, and a false promise reads wrong data.
+    than its max_seqlen; cu_seqlens_q_t/k_t: int32 [num_docs + 1], the transposed codes'
+    document starts (``aligned_starts``, as the quantizers return them). D is 64 or 128 and
+    Hq a multiple of Hkv.
     Returns dq [Tq, Hq, D], dk and dv [Tk, Hkv, D], fp32. Nothing is read back to the host,
     so the launches can be captured in a CUDA graph."""
     tq, hq, d = q_codes.shape
@@ -353,27 +354,25 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
         raise ValueError(f"q_codes: head dim must be one of {SUPPORTED_HEAD_DIMS}, got {d}")
     if k_codes.dim() != 3 or hkv == 0 or hq % hkv:
         raise ValueError(f"k_codes: expected [Tk, Hkv, D] with Hq={hq} a multiple of Hkv, got {tuple(k_codes.shape)}")
-    tq_pad, tk_pad = q_codes_t.shape[-1], k_codes_t.shape[-1]
-    if tq_pad < tq or tk_pad < tk:
-        raise ValueError(f"q_codes_t, k_codes_t: the token axis must hold all {tq} and {tk} tokens, "
-                         f"got {tq_pad} and {tk_pad}")
-    fp8, i8 = torch.float8_e4m3fn, torch.int8
+    num_docs = cu_seqlens_q.shape[0] - 1
+    tq_t, tk_t = transposed_extent(tq, num_docs), transposed_extent(tk, num_docs)
+    fp8, i8, i32 = torch.float8_e4m3fn, torch.int8, torch.int32
     for name, x, dtype, shape in (
-            ("q_codes", q_codes, fp8, (tq, hq, d)), ("q_codes_t", q_codes_t, fp8, (hq, d, tq_pad)),
+            ("q_codes", q_codes, fp8, (tq, hq, d)), ("q_codes_t", q_codes_t, fp8, (hq, d, tq_t)),
             ("q_exps", q_exps, i8, (tq, hq)), ("k_codes", k_codes, fp8, (tk, hkv, d)),
-            ("k_codes_t", k_codes_t, fp8, (hkv, d, tk_pad)), ("k_exps", k_exps, i8, (tk, hkv)),
+            ("k_codes_t", k_codes_t, fp8, (hkv, d, tk_t)), ("k_exps", k_exps, i8, (tk, hkv)),
             ("v_codes", v_codes, fp8, (tk, hkv, d)), ("v_exps", v_exps, i8, (tk, hkv)),
             ("do_codes", do_codes, fp8, (tq, hq, d)), ("do_exps", do_exps, i8, (tq, hq)),
-            ("dot_codes_t", dot_codes_t, fp8, (hq, d, tq_pad)), ("dot_exps", dot_exps, i8, (tq, hq)),
+            ("dot_codes_t", dot_codes_t, fp8, (hq, d, tq_t)), ("dot_exps", dot_exps, i8, (tq, hq)),
             ("delta", delta, torch.float32, (hq, tq)), ("m", m, torch.float32, (hq, tq)),
-            ("ro", ro, torch.float32, (hq, tq)), ("pv", pv, torch.int32, (tq, hkv)),
-            ("cu_seqlens_q", cu_seqlens_q, torch.int32, tuple(cu_seqlens_q.shape)),
-            ("cu_seqlens_k", cu_seqlens_k, torch.int32, tuple(cu_seqlens_q.shape))):
+            ("ro", ro, torch.float32, (hq, tq)), ("pv", pv, i32, (tq, hkv)),
+            ("cu_seqlens_q", cu_seqlens_q, i32, (num_docs + 1,)), ("cu_seqlens_k", cu_seqlens_k, i32, (num_docs + 1,)),
+            ("cu_seqlens_q_t", cu_seqlens_q_t, i32, (num_docs + 1,)),
+            ("cu_seqlens_k_t", cu_seqlens_k_t, i32, (num_docs + 1,))):
         _check(name, x, dtype, shape)
     dev = q_codes.device
     dq = torch.empty((tq, hq, d), dtype=torch.float32, device=dev)
     dk, dv = (torch.empty((tk, hkv, d), dtype=torch.float32, device=dev) for _ in range(2))
-    num_docs = cu_seqlens_q.shape[0] - 1
     if min(tq, tk, num_docs) == 0:  # no query sees a key: every gradient is zero
         return dq.zero_(), dk.zero_(), dv.zero_()
     wl, wr = effective_window(causal, window_size)
@@ -381,14 +380,14 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     unbounded = int(max_seqlen_q) + int(max_seqlen_k)
     wl, wr = (w if w >= 0 else unbounded for w in (wl, wr))
     args = dict(s2=softmax_scale * LOG2E, scale=softmax_scale, wl=wl, wr=wr, total_q=tq, heads_q=hq,
-                GROUP=hq // hkv, SIGMA=sigma, D=d, ALIGNED=aligned, INTERPRET=interpreting(),
+                GROUP=hq // hkv, SIGMA=sigma, D=d, INTERPRET=interpreting(),
                 num_warps=tiles.bwd_warps, num_stages=tiles.bwd_stages)
     grid = (triton.cdiv(max_seqlen_k, tiles.bwd_block_n), num_docs, hkv)
     _dkdv_kernel[grid](q_codes, q_codes_t, q_exps, k_codes, k_exps, v_codes, v_exps, do_codes, do_exps, dot_codes_t,
-                       dot_exps, delta, m, ro, pv, cu_seqlens_q, cu_seqlens_k, dk, dv, tq_pad=tq_pad,
-                       BM=tiles.bwd_block_m, BN=tiles.bwd_block_n, **args)
+                       dot_exps, delta, m, ro, pv, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, dk, dv,
+                       tq_t=tq_t, BM=tiles.bwd_block_m, BN=tiles.bwd_block_n, **args)
     grid = (triton.cdiv(max_seqlen_q, tiles.dq_block_m), num_docs, hq)
     _dq_kernel[grid](q_codes, q_exps, k_codes, k_codes_t, k_exps, v_codes, v_exps, do_codes, do_exps, delta, m, ro,
-                     pv, cu_seqlens_q, cu_seqlens_k, dq, tk_pad=tk_pad, BM=tiles.dq_block_m, BN=tiles.dq_block_n,
-                     **args)
+                     pv, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, dq, tk_t=tk_t, BM=tiles.dq_block_m,
+                     BN=tiles.dq_block_n, **args)
     return dq, dk, dv

@@ -22,11 +22,11 @@ import triton.language as tl
 from ..masks import effective_window
 from .configs import AttnTiles
 from .fp8 import interpreting, mma, pow2, to_e4m3
-from .quantize import T_ALIGN
+from .layout import T_ALIGN, transposed_extent
 
 LOG2E = math.log2(math.e)
 LN2 = tl.constexpr(math.log(2.0))
-V_ALIGN = tl.constexpr(T_ALIGN)  # V^T rows hold Tk padded to this many tokens (16 bytes)
+V_ALIGN = tl.constexpr(T_ALIGN)  # V^T: every document starts at a multiple of this many columns
 HEAD_DIMS = (64, 128)
 
 
@@ -46,8 +46,8 @@ def _load_keys(p, m_in, MASK: tl.constexpr):
     """A key-indexed load. Unmasked tiles lie inside their document and load without a mask;
     masked tiles may reach past it, and ``m_in`` (zero fill) keeps them inside the *tensor*
     only: keys past the document are finite codes (the next document's, or V^T's zero
-    padding) whose P is zero. V^T's bound, a multiple of 16, keeps the mask constant over
-    16-byte vectors."""
+    columns) whose P is zero. V^T's bound and its document start, multiples of 16, keep the
+    mask constant over 16-byte vectors."""
     if MASK:
         b = tl.load(p, mask=m_in, other=0.0)
     else:
@@ -57,20 +57,21 @@ def _load_keys(p, m_in, MASK: tl.constexpr):
 
 @triton.jit
 def _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k, p_vt, p_ke, p_ve, k_lo, b_first, b_last,
-                 n_k, n_vt, heads_kv, tk_pad,
+                 n_k, n_vt, heads_kv, tk_t,
                  TAU: tl.constexpr, D: tl.constexpr, BN: tl.constexpr, MASK: tl.constexpr,
                  INTERPRET: tl.constexpr):
     """One key tile, steps 1-7 of NUMERICS.md 3. p_k, p_vt, p_ke, p_ve point at the
     document's first key (K^ row, V^T column, exponents); k_lo: the tile's first key position
     in the document; b_first, b_last [BM]: each row's visible keys (MASK tiles only);
-    n_k, n_vt: keys that K^ and V^T hold from the document's first one (load bounds).
+    n_k, n_vt: keys that K^ and V^T hold from the document's first one (load bounds);
+    tk_t: V^T's row stride.
     Returns the updated (acc [BM, D], l [BM], m [BM])."""
     o_n = k_lo + tl.arange(0, BN)                                   # [BN] key positions
     o_d = tl.arange(0, D)
     o_tok = o_n.to(tl.int64)
     m_k = o_n < n_k
     b_k = _load_keys(p_k + o_tok[:, None] * (heads_kv * D) + o_d[None, :], m_k[:, None], MASK)  # [BN, D]
-    p_vt_tile = p_vt + o_d[:, None].to(tl.int64) * tk_pad + o_tok[None, :]
+    p_vt_tile = p_vt + o_d[:, None].to(tl.int64) * tk_t + o_tok[None, :]
     b_vt = _load_keys(p_vt_tile, (o_n < n_vt)[None, :], MASK)      # [D, BN]
     b_kf = pow2(_load_keys(p_ke + o_tok * heads_kv, m_k, MASK).to(tl.int32))  # [BN]
     b_vf = pow2(_load_keys(p_ve + o_tok * heads_kv, m_k, MASK).to(tl.int32))  # [BN]
@@ -98,12 +99,11 @@ def _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k, p_vt, p_ke, p_ve, k_lo, 
 
 
 @triton.jit
-def _attn_fwd_kernel(p_q, p_qe, p_k, p_ke, p_vt, p_ve, p_pv, p_cu_q, p_cu_k,
+def _attn_fwd_kernel(p_q, p_qe, p_k, p_ke, p_vt, p_ve, p_pv, p_cu_q, p_cu_k, p_cu_kt,
                      p_o, p_lse, p_mo, p_ro,
-                     total_q, total_k, tk_pad, heads_q, heads_kv, s2, window_left, window_right,
+                     total_q, total_k, tk_t, heads_q, heads_kv, s2, window_left, window_right,
                      TAU: tl.constexpr, SIGMA: tl.constexpr, D: tl.constexpr,
-                     BM: tl.constexpr, BN: tl.constexpr, K_ALIGNED: tl.constexpr,
-                     INTERPRET: tl.constexpr):
+                     BM: tl.constexpr, BN: tl.constexpr, INTERPRET: tl.constexpr):
     """One (query tile, document, query head) program; see the module docstring."""
     tile = tl.num_programs(0) - 1 - tl.program_id(0)  # longest causal tiles first
     doc = tl.program_id(1)
@@ -116,8 +116,8 @@ def _attn_fwd_kernel(p_q, p_qe, p_k, p_ke, p_vt, p_ve, p_pv, p_cu_q, p_cu_k,
     i0 = tile * BM
     if i0 >= len_q:
         return
-    if K_ALIGNED:
-        k_start = tl.multiple_of(k_start, V_ALIGN)
+    # The document's first V^T column: aligned, so V^T tiles load as 16-byte vectors.
+    k_start_t = tl.multiple_of(tl.load(p_cu_kt + doc), V_ALIGN)
     off = len_k - len_q
     # Unbounded window sides become bounds no pair can reach, so one rule serves all masks.
     wl = tl.where(window_left < 0, len_k, window_left)
@@ -147,7 +147,7 @@ def _attn_fwd_kernel(p_q, p_qe, p_k, p_ke, p_vt, p_ve, p_pv, p_cu_q, p_cu_k,
 
     k_row = k_start.to(tl.int64)
     p_k_doc = p_k + (k_row * heads_kv + hk) * D
-    p_vt_doc = p_vt + hk.to(tl.int64) * D * tk_pad + k_row
+    p_vt_doc = p_vt + hk.to(tl.int64) * D * tk_t + k_start_t.to(tl.int64)
     p_ke_doc = p_ke + k_row * heads_kv + hk
     p_ve_doc = p_ve + k_row * heads_kv + hk
     b_acc = tl.zeros([BM, D], tl.float32)
@@ -159,8 +159,8 @@ def _attn_fwd_kernel(p_q, p_qe, p_k, p_ke, p_vt, p_ve, p_pv, p_cu_q, p_cu_k,
     for run in tl.static_range(3):
         for t in range(t_runs[run], t_runs[run + 1]):
             b_acc, b_l, b_m = _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k_doc, p_vt_doc, p_ke_doc, p_ve_doc,
-                                           t * BN, b_first, b_last, total_k - k_start, tk_pad - k_start,
-                                           heads_kv, tk_pad,
+                                           t * BN, b_first, b_last, total_k - k_start, tk_t - k_start_t,
+                                           heads_kv, tk_t,
                                            TAU, D, BN, run != 1, INTERPRET)
 
     # Epilogue: ro = 2^(PV - sigma) / l, O = bf16(acc * ro), lse in natural log; rows that
@@ -188,19 +188,17 @@ def _check(name: str, x: torch.Tensor, dtype: torch.dtype, shape: tuple) -> None
 
 
 def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, cu_seqlens_q, cu_seqlens_k,
-                      max_seqlen_q: int, max_seqlen_k: int, *, causal: bool, window_size: tuple[int, int],
-                      softmax_scale: float, tau: int, sigma: int, tiles: AttnTiles, k_aligned: bool = False):
+                      cu_seqlens_k_t, max_seqlen_q: int, max_seqlen_k: int, *, causal: bool,
+                      window_size: tuple[int, int], softmax_scale: float, tau: int, sigma: int, tiles: AttnTiles):
     """The MXFP8 forward on quantized operands (NUMERICS.md 3).
 
     q_codes [Tq, Hq, D] float8_e4m3fn, q_exps [Tq, Hq] int8; k_codes [Tk, Hkv, D]
-    float8_e4m3fn, k_exps [Tk, Hkv] int8; v_codes_t [Hkv, D, Tk_pad] float8_e4m3fn (V^T, tokens
-    contiguous, Tk_pad = Tk rounded up to 16 and finite codes (zeros) past Tk: Hopper's FP8
+    float8_e4m3fn, k_exps [Tk, Hkv] int8; v_codes_t [Hkv, D, Tk_t] float8_e4m3fn (V^T, tokens
+    contiguous in the layout of ``layout.py``, zero codes outside documents: Hopper's FP8
     wgmma needs K-major B, so P@V reads V^T), v_exps [Tk, Hkv] int8; pv [Tq, Hkv] int32
-    (``flamia.scaling.prefix_v_exponent``); cu_seqlens_q/k int32 [num_docs + 1]. D is 64 or
-    128 and Hq a multiple of Hkv.
-    ``k_aligned``: a promise that every entry of cu_seqlens_k is a multiple of 16 (e.g.
-    batched sequences of a multiple of 16 tokens), so V^T tiles load as 16-byte vectors; it
-    cannot be checked without reading device values, and a false promise reads wrong data.
+    (``flamia.scaling.prefix_v_exponent``); cu_seqlens_q/k int32 [num_docs + 1];
+    cu_seqlens_k_t int32 [num_docs + 1], V^T's document starts (``aligned_starts``, as the
+    quantizer returns them). D is 64 or 128 and Hq a multiple of Hkv.
 
     Returns out [Tq, Hq, D] bf16 and lse (natural log), m (integer running max, log2 units),
     ro = 2^(PV - sigma) / l, each [Hq, Tq] fp32.
@@ -211,15 +209,16 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
         raise ValueError(f"q_codes: head dim must be one of {HEAD_DIMS}, got {d}")
     if hkv == 0 or hq % hkv:
         raise ValueError(f"k_exps: Hq={hq} must be a multiple of Hkv, got shape {tuple(k_exps.shape)}")
-    tk_pad = triton.cdiv(tk, V_ALIGN.value) * V_ALIGN.value
     num_docs = cu_seqlens_q.shape[0] - 1
+    tk_t = transposed_extent(tk, num_docs)
     fp8, i8, i32 = torch.float8_e4m3fn, torch.int8, torch.int32
     for name, x, dtype, shape in (
             ("q_codes", q_codes, fp8, (tq, hq, d)), ("q_exps", q_exps, i8, (tq, hq)),
             ("k_codes", k_codes, fp8, (tk, hkv, d)), ("k_exps", k_exps, i8, (tk, hkv)),
-            ("v_codes_t", v_codes_t, fp8, (hkv, d, tk_pad)), ("v_exps", v_exps, i8, (tk, hkv)),
+            ("v_codes_t", v_codes_t, fp8, (hkv, d, tk_t)), ("v_exps", v_exps, i8, (tk, hkv)),
             ("pv", pv, i32, (tq, hkv)),
-            ("cu_seqlens_q", cu_seqlens_q, i32, (num_docs + 1,)), ("cu_seqlens_k", cu_seqlens_k, i32, (num_docs + 1,))):
+            ("cu_seqlens_q", cu_seqlens_q, i32, (num_docs + 1,)), ("cu_seqlens_k", cu_seqlens_k, i32, (num_docs + 1,)),
+            ("cu_seqlens_k_t", cu_seqlens_k_t, i32, (num_docs + 1,))):
         _check(name, x, dtype, shape)
     wl, wr = effective_window(causal, window_size)
 
@@ -230,9 +229,9 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
     if tq == 0 or min(grid) == 0:
         return out, lse, m, ro
     _attn_fwd_kernel[grid](
-        q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, cu_seqlens_q, cu_seqlens_k,
+        q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, cu_seqlens_q, cu_seqlens_k, cu_seqlens_k_t,
         out, lse, m, ro,
-        tq, tk, tk_pad, hq, hkv, softmax_scale * LOG2E, wl, wr,
-        TAU=tau, SIGMA=sigma, D=d, BM=tiles.fwd_block_m, BN=tiles.fwd_block_n, K_ALIGNED=k_aligned,
+        tq, tk, tk_t, hq, hkv, softmax_scale * LOG2E, wl, wr,
+        TAU=tau, SIGMA=sigma, D=d, BM=tiles.fwd_block_m, BN=tiles.fwd_block_n,
         INTERPRET=interpreting(), num_warps=tiles.fwd_warps, num_stages=tiles.fwd_stages)
     return out, lse, m, ro

@@ -12,6 +12,7 @@ from ..spec import AttnSpec
 from .attn_bwd import attention_backward
 from .attn_fwd import attention_forward
 from .configs import tiles_for
+from .layout import aligned_starts
 from .quantize import quantize_grad_output, quantize_operand
 
 
@@ -24,15 +25,19 @@ class _TritonAttention(torch.autograd.Function):
         recipe, d = spec.recipe, q.shape[-1]
         tiles, rotate, block = tiles_for(d), recipe.use_hadamard(d), recipe.scale_block
         # Q^T and K^T are written now, in the launch that reads Q and K anyway: the backward's
-        # dK = G^T Q^ and dQ = G K^ need them as K-major FP8 operands.
-        qq = quantize_operand(q, spec.cu_seqlens_q, spec.max_seqlen_q, block, rotate, transposed=True)
-        kq = quantize_operand(k, spec.cu_seqlens_k, spec.max_seqlen_k, block, rotate, transposed=True)
-        vq = quantize_operand(v, spec.cu_seqlens_k, spec.max_seqlen_k, block, False, transposed=True)
+        # dK = G^T Q^ and dQ = G K^ need them as K-major FP8 operands. Transposed codes start
+        # every document at a multiple of 16 columns (layout.py): those starts, computed once
+        # per side, travel with the operands to the kernels.
+        cu_qt = aligned_starts(spec.cu_seqlens_q)
+        cu_kt = cu_qt if spec.cu_seqlens_k is spec.cu_seqlens_q else aligned_starts(spec.cu_seqlens_k)
+        qq = quantize_operand(q, spec.cu_seqlens_q, spec.max_seqlen_q, block, rotate, True, cu_qt)
+        kq = quantize_operand(k, spec.cu_seqlens_k, spec.max_seqlen_k, block, rotate, True, cu_kt)
+        vq = quantize_operand(v, spec.cu_seqlens_k, spec.max_seqlen_k, block, False, True, cu_kt)
         pv = prefix_v_exponent(vq.exps, spec.cu_seqlens_q, spec.cu_seqlens_k, q.shape[0], spec.causal,
                                spec.window_size)
         out, lse, m, ro = attention_forward(
             qq.codes, qq.exps, kq.codes, kq.exps, vq.codes_t, vq.exps, pv, spec.cu_seqlens_q, spec.cu_seqlens_k,
-            spec.max_seqlen_q, spec.max_seqlen_k, causal=spec.causal, window_size=spec.window_size,
+            vq.cu_seqlens_t, spec.max_seqlen_q, spec.max_seqlen_k, causal=spec.causal, window_size=spec.window_size,
             softmax_scale=spec.softmax_scale, tau=recipe.tau, sigma=recipe.sigma, tiles=tiles)
         ctx.spec, ctx.operands, ctx.rotate = spec, (qq, kq, vq), rotate
         ctx.save_for_backward(out, m, ro, pv)
@@ -45,11 +50,11 @@ class _TritonAttention(torch.autograd.Function):
         out, m, ro, pv = ctx.saved_tensors
         tiles = tiles_for(out.shape[-1])
         go = quantize_grad_output(dout.contiguous(), out, ro, spec.cu_seqlens_q, spec.max_seqlen_q,
-                                  spec.recipe.scale_block, tiles.bwd_block_m)
+                                  spec.recipe.scale_block, tiles.bwd_block_m, qq.cu_seqlens_t)
         dq, dk, dv = attention_backward(
             qq.codes, qq.codes_t, qq.exps, kq.codes, kq.codes_t, kq.exps, vq.codes, vq.exps,
             go.do_codes, go.do_exps, go.dot_codes_t, go.dot_exps, go.delta, m, ro, pv,
-            spec.cu_seqlens_q, spec.cu_seqlens_k, spec.max_seqlen_q, spec.max_seqlen_k,
+            spec.cu_seqlens_q, spec.cu_seqlens_k, qq.cu_seqlens_t, kq.cu_seqlens_t, spec.max_seqlen_q, spec.max_seqlen_k,
             causal=spec.causal, window_size=spec.window_size, softmax_scale=spec.softmax_scale,
             sigma=spec.recipe.sigma, tiles=tiles)
         if ctx.rotate:

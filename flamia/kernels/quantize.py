@@ -2,12 +2,14 @@
 
 One launch reads an operand once and writes every orientation the attention kernels need:
 row-major codes [T, H, D] (K-major for products over the head dim), transposed codes
-[H, D, T_pad] (K-major for products over tokens) and dense per-token exponents [T, H]. The
-dO launch adds the second representation dOt^ and the softmax-gradient row term D.
+[H, D, T_t] (K-major for products over tokens, every document starting at a multiple of 16
+columns: layout.py) and dense per-token exponents [T, H]. The dO launch adds the second
+representation dOt^ and the softmax-gradient row term D.
 
 Programs map to (unit, document, head) through the grid (cdiv(max_seqlen, UNIT), num_docs, H):
 a unit is UNIT consecutive tokens starting at its document's start plus a multiple of UNIT,
-so it holds whole scale blocks of one document, and programs past their document's end
+so it holds whole scale blocks of one document (and, UNIT being a multiple of 16, the zero
+codes of its document's last transposed columns), and programs past their document's end
 return. Nothing is read back to the host. ``cu_seqlens[-1]`` must equal T (rows outside every
 document are not written) and no document may be longer than ``max_seqlen``.
 The torch reference these match bit for bit is ``flamia/reference/operands.py``.
@@ -21,38 +23,42 @@ import triton.language as tl
 
 from ..formats.hadamard import HADAMARD_DIMS
 from .fp8 import E4M3_EQ, E4M3_MQ, interpreting, pow2, scale_exponent, to_e4m3
+from .layout import T_ALIGN, aligned_starts, transposed_extent
 
 # Tokens per program of quantize_operand: two 32-token blocks; a [64, 128] bf16 tile is 16 KiB.
 OPERAND_UNIT = 64
-# The transposed codes pad T to this many tokens so that every row starts 16-byte aligned (TMA).
-T_ALIGN = 16
 INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 @dataclass(frozen=True)
 class KernelOperand:
     """A token-block E4M3 operand as the attention kernels read it.
-    codes: [T, H, D] float8_e4m3fn; codes_t: [H, D, T_pad] float8_e4m3fn, the same codes with
-    tokens contiguous (zero past T), or None; exps: [T, H] int8, value = codes * 2^exps."""
+    codes: [T, H, D] float8_e4m3fn; codes_t: [H, D, T_t] float8_e4m3fn, the same codes with
+    tokens contiguous in the layout of ``layout.py`` (zero outside documents), or None;
+    exps: [T, H] int8, value = codes * 2^exps; cu_seqlens_t: int32 [num_docs + 1], the
+    documents' first columns in codes_t (``aligned_starts``), or None."""
 
     codes: torch.Tensor
     codes_t: torch.Tensor | None
     exps: torch.Tensor
+    cu_seqlens_t: torch.Tensor | None
 
 
 @dataclass(frozen=True)
 class KernelGradOutput:
     """What the dO launch writes (NUMERICS.md 4).
     do_codes: [T, H, D] float8_e4m3fn and do_exps: [T, H] int8, dO^ in token blocks;
-    dot_codes_t: [H, D, T_pad] float8_e4m3fn, e4m3((dO * ro) * 2^-edOt), zero past T;
-    dot_exps: [T, H] int8, edOt, one per (query step, head) repeated per token;
-    delta: [H, T] fp32, D(i) = sum_d (dO^ * 2^edO)(i, d) * O(i, d)."""
+    dot_codes_t: [H, D, T_t] float8_e4m3fn, e4m3((dO * ro) * 2^-edOt) in the layout of
+    ``layout.py`` (zero outside documents), its document starts cu_seqlens_t int32
+    [num_docs + 1]; dot_exps: [T, H] int8, edOt, one per (query step, head) repeated per
+    token; delta: [H, T] fp32, D(i) = sum_d (dO^ * 2^edO)(i, d) * O(i, d)."""
 
     do_codes: torch.Tensor
     do_exps: torch.Tensor
     dot_codes_t: torch.Tensor
     dot_exps: torch.Tensor
     delta: torch.Tensor
+    cu_seqlens_t: torch.Tensor
 
 
 @triton.jit
@@ -92,42 +98,58 @@ def _unit_rows(cu_seqlens, UNIT: tl.constexpr):
 
 
 @triton.jit
+def _unit_cols(cu_seqlens, cu_seqlens_t, UNIT: tl.constexpr, T_ALIGN: tl.constexpr):
+    """Transposed-codes columns of this program's unit: (cols [UNIT] int64, valid [UNIT]).
+    Valid columns span the document's tokens and the padding up to its next multiple of
+    T_ALIGN, whose rows load as zeros, so that gap gets zero codes."""
+    doc = tl.program_id(1)
+    length = tl.load(cu_seqlens + doc + 1) - tl.load(cu_seqlens + doc)
+    o_i = tl.program_id(0) * UNIT + tl.arange(0, UNIT)  # [UNIT] positions in the document
+    first = tl.multiple_of(tl.load(cu_seqlens_t + doc), T_ALIGN).to(tl.int64)
+    return first + o_i, o_i < tl.cdiv(length, T_ALIGN) * T_ALIGN
+
+
+@triton.jit
 def _row_offsets(o_t, h, H, D: tl.constexpr):
     """Element offsets [UNIT, D] of rows o_t, head h in a contiguous [T, H, D] tensor."""
     return (o_t[:, None] * H + h) * D + tl.arange(0, D)[None, :]
 
 
 @triton.jit
-def _col_offsets(o_t, h, T_pad, D: tl.constexpr):
-    """Element offsets [D, len(o_t)] of tokens o_t, head h in a [H, D, T_pad] tensor."""
-    return (h * D + tl.arange(0, D).to(tl.int64)[:, None]) * T_pad + o_t[None, :]
+def _col_offsets(o_c, h, T_t, D: tl.constexpr):
+    """Element offsets [D, len(o_c)] of columns o_c, head h in a [H, D, T_t] tensor."""
+    return (h * D + tl.arange(0, D).to(tl.int64)[:, None]) * T_t + o_c[None, :]
 
 
 @triton.jit
-def _store_transposed(p_t, b_t, o_t, m_t, h, T_pad, D: tl.constexpr, INTERPRET: tl.constexpr):
-    """Store the E4M3 codes of b_t [D, UNIT] fp32 (already scaled) at tokens o_t (valid where
-    m_t) of head h of a [H, D, T_pad] tensor."""
-    tl.store(p_t + _col_offsets(o_t, h, T_pad, D), to_e4m3(b_t, INTERPRET), mask=m_t[None, :])
+def _store_transposed(p_t, b_t, cols, h, T_t, D: tl.constexpr, INTERPRET: tl.constexpr):
+    """Store the E4M3 codes of b_t [D, UNIT] fp32 (already scaled) at columns cols =
+    ``_unit_cols`` (o_c [UNIT], valid [UNIT]) of head h of a [H, D, T_t] tensor."""
+    o_c, m_c = cols
+    tl.store(p_t + _col_offsets(o_c, h, T_t, D), to_e4m3(b_t, INTERPRET), mask=m_c[None, :])
 
 
 @triton.jit
-def _zero_tail(p_t, h, T, T_pad, D: tl.constexpr, T_ALIGN: tl.constexpr):
-    """Zero tokens [T, T_pad) of head h of a [H, D, T_pad] tensor (one program per head), so
-    that kernels loading whole padded tiles read codes 0 (uninitialised bytes may be NaNs)."""
-    if (tl.program_id(0) == 0) & (tl.program_id(1) == 0):
-        o_t = T + tl.arange(0, T_ALIGN)
-        b_zero = tl.zeros([D, T_ALIGN], dtype=tl.float8e4nv)
-        tl.store(p_t + _col_offsets(o_t, h, T_pad, D), b_zero, mask=(o_t < T_pad)[None, :])
+def _zero_tail(p_t, cu_seqlens_t, h, T_t, D: tl.constexpr, T_ALIGN: tl.constexpr):
+    """Zero this document's share of the columns [cu_t[-1], T_t) of head h of a [H, D, T_t]
+    tensor (programs of unit 0), so that no byte of the tensor stays uninitialised. The tail
+    is shorter than T_ALIGN * (num_docs + 1) <= 2 T_ALIGN * num_docs columns
+    (``transposed_extent``): 2 T_ALIGN columns per document cover it."""
+    if tl.program_id(0) == 0:
+        first = tl.multiple_of(tl.load(cu_seqlens_t + tl.num_programs(1)), T_ALIGN).to(tl.int64)
+        o_c = first + tl.program_id(1) * (2 * T_ALIGN) + tl.arange(0, 2 * T_ALIGN)  # [2 T_ALIGN]
+        b_zero = tl.zeros([D, 2 * T_ALIGN], dtype=tl.float8e4nv)
+        tl.store(p_t + _col_offsets(o_c, h, T_t, D), b_zero, mask=(o_c < T_t)[None, :])
 
 
 @triton.jit
-def _quantize_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, T, T_pad, H, inv_sqrt_d,
+def _quantize_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, T_t, H, inv_sqrt_d,
                              D: tl.constexpr, UNIT: tl.constexpr, BLOCK: tl.constexpr,
                              HADAMARD_STAGES: tl.constexpr, TRANSPOSED: tl.constexpr,
                              T_ALIGN: tl.constexpr, INTERPRET: tl.constexpr):
     h = tl.program_id(2).to(tl.int64)
     if TRANSPOSED:
-        _zero_tail(p_codes_t, h, T, T_pad, D, T_ALIGN)
+        _zero_tail(p_codes_t, cu_seqlens_t, h, T_t, D, T_ALIGN)
     start, end, o_t, m_t = _unit_rows(cu_seqlens, UNIT)
     if start >= end:
         return
@@ -149,15 +171,15 @@ def _quantize_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, T, T_p
             # on the H200 (Triton 3.6) the register transpose of an unrotated tile stored
             # wrong codes, while the rotated tile's (after the butterflies) stored right ones.
             b_t = tl.load(p_x + tl.trans(o_x), mask=m_t[None, :], other=0.0).to(tl.float32) * pow2(-b_e)[None, :]
-        _store_transposed(p_codes_t, b_t, o_t, m_t, h, T_pad, D, INTERPRET)
+        _store_transposed(p_codes_t, b_t, _unit_cols(cu_seqlens, cu_seqlens_t, UNIT, T_ALIGN), h, T_t, D, INTERPRET)
 
 
 @triton.jit
 def _quantize_grad_output_kernel(p_do, p_o, p_ro, p_do_codes, p_do_exps, p_dot_t, p_dot_exps, p_delta,
-                                 cu_seqlens, T, T_pad, H, D: tl.constexpr, STEP: tl.constexpr,
+                                 cu_seqlens, cu_seqlens_t, T, T_t, H, D: tl.constexpr, STEP: tl.constexpr,
                                  BLOCK: tl.constexpr, T_ALIGN: tl.constexpr, INTERPRET: tl.constexpr):
     h = tl.program_id(2).to(tl.int64)
-    _zero_tail(p_dot_t, h, T, T_pad, D, T_ALIGN)
+    _zero_tail(p_dot_t, cu_seqlens_t, h, T_t, D, T_ALIGN)
     start, end, o_t, m_t = _unit_rows(cu_seqlens, STEP)
     if start >= end:
         return
@@ -175,7 +197,8 @@ def _quantize_grad_output_kernel(p_do, p_o, p_ro, p_do_codes, p_do_exps, p_dot_t
     b_ro = tl.load(p_ro + h * T + o_t, mask=m_t, other=0.0)  # [STEP]
     b_dot, b_et = _block_scale(b_do * b_ro[:, None], STEP)
     tl.store(p_dot_exps + o_t * H + h, b_et.to(tl.int8), mask=m_t)
-    _store_transposed(p_dot_t, tl.trans(b_dot), o_t, m_t, h, T_pad, D, INTERPRET)
+    _store_transposed(p_dot_t, tl.trans(b_dot), _unit_cols(cu_seqlens, cu_seqlens_t, STEP, T_ALIGN), h, T_t, D,
+                      INTERPRET)
 
 
 def _check_rows(x: torch.Tensor, name: str) -> None:
@@ -198,17 +221,22 @@ def _grid(max_seqlen: int, unit: int, cu_seqlens: torch.Tensor, heads: int) -> t
     return triton.cdiv(max(int(max_seqlen), 1), unit), cu_seqlens.numel() - 1, heads
 
 
-def _padded(total: int) -> int:
-    """T_pad: the token extent of the transposed codes."""
-    return triton.cdiv(total, T_ALIGN) * T_ALIGN
+def _transposed_codes(heads: int, d: int, total: int, cu_seqlens: torch.Tensor) -> torch.Tensor:
+    """[H, D, T_t] float8_e4m3fn for a launch that writes every column (documents, their gaps
+    and the tail); without tokens there is no launch, so the columns are zeroed here."""
+    shape = (heads, d, transposed_extent(total, cu_seqlens.numel() - 1))
+    alloc = torch.empty if total else torch.zeros
+    return alloc(shape, dtype=torch.float8_e4m3fn, device=cu_seqlens.device)
 
 
 def quantize_operand(x: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int, block: int = 32,
-                     hadamard: bool = False, transposed: bool = True) -> KernelOperand:
+                     hadamard: bool = False, transposed: bool = True,
+                     cu_seqlens_t: torch.Tensor | None = None) -> KernelOperand:
     """Q, K or V -> token-block E4M3 in one launch. x: [T, H, D] bf16/fp16/fp32, contiguous;
     cu_seqlens: int32 [num_docs + 1] on x's device; block: tokens per scale block (32, or 1
     for per-token scales); hadamard: rotate the head dim first (NUMERICS.md 2);
-    transposed: also write codes_t."""
+    transposed: also write codes_t; cu_seqlens_t: ``aligned_starts(cu_seqlens)`` if the
+    caller has it (K's serves V), else computed here."""
     _check_rows(x, "x")
     _check_divisor(block, OPERAND_UNIT, "block")
     total, heads, d = x.shape
@@ -216,22 +244,28 @@ def quantize_operand(x: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int,
         raise ValueError(f"hadamard: head dim must be one of {HADAMARD_DIMS}, got {d}")
     fp8, dev = torch.float8_e4m3fn, x.device
     codes = torch.empty((total, heads, d), dtype=fp8, device=dev)
-    codes_t = torch.empty((heads, d, _padded(total)), dtype=fp8, device=dev) if transposed else None
+    codes_t, cu_t = None, None
+    if transposed:
+        cu_t = aligned_starts(cu_seqlens) if cu_seqlens_t is None else cu_seqlens_t
+        codes_t = _transposed_codes(heads, d, total, cu_seqlens)
     exps = torch.empty((total, heads), dtype=torch.int8, device=dev)
     if total:
         _quantize_operand_kernel[_grid(max_seqlen, OPERAND_UNIT, cu_seqlens, heads)](
-            x, codes, codes_t, exps, cu_seqlens, total, _padded(total), heads, 1.0 / math.sqrt(d),
-            D=d, UNIT=OPERAND_UNIT, BLOCK=block, HADAMARD_STAGES=d.bit_length() - 1 if hadamard else 0,
-            TRANSPOSED=transposed, T_ALIGN=T_ALIGN, INTERPRET=interpreting())
-    return KernelOperand(codes, codes_t, exps)
+            x, codes, codes_t, exps, cu_seqlens, cu_t, 0 if codes_t is None else codes_t.shape[2], heads,
+            1.0 / math.sqrt(d), D=d, UNIT=OPERAND_UNIT, BLOCK=block,
+            HADAMARD_STAGES=d.bit_length() - 1 if hadamard else 0, TRANSPOSED=transposed, T_ALIGN=T_ALIGN,
+            INTERPRET=interpreting())
+    return KernelOperand(codes, codes_t, exps, cu_t)
 
 
 def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu_seqlens: torch.Tensor,
-                         max_seqlen: int, block: int = 32, step: int = 64) -> KernelGradOutput:
+                         max_seqlen: int, block: int = 32, step: int = 64,
+                         cu_seqlens_t: torch.Tensor | None = None) -> KernelGradOutput:
     """dO -> dO^, dOt^ and D in one launch that reads dO, O and ro once. do, o: [T, H, D]
     bf16/fp16/fp32, contiguous; ro: [H, T] fp32 (0 for invalid rows); cu_seqlens: int32
     [num_docs + 1] on do's device; block: dO^'s tokens per scale block; step: the dK/dV loop's query step
-    (``bwd_block_m``), the extent of one dOt^ exponent; a multiple of ``block``."""
+    (``bwd_block_m``), the extent of one dOt^ exponent; a multiple of ``block`` and of 16;
+    cu_seqlens_t: ``aligned_starts(cu_seqlens)`` if the caller has it (Q's), else computed here."""
     _check_rows(do, "do")
     _check_rows(o, "o")
     if o.shape != do.shape:
@@ -239,18 +273,20 @@ def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu
     total, heads, d = do.shape
     if ro.shape != (heads, total) or ro.dtype != torch.float32:
         raise ValueError(f"ro: expected fp32 [{heads}, {total}], got {ro.dtype} {tuple(ro.shape)}")
-    if step < 1 or step & (step - 1):
-        raise ValueError(f"step: must be a power of two, got {step}")
+    if step < T_ALIGN or step & (step - 1):
+        # A unit of step tokens must cover its document's zero-padded transposed columns.
+        raise ValueError(f"step: must be a power of two >= {T_ALIGN}, got {step}")
     _check_divisor(block, step, "block")
     fp8, dev = torch.float8_e4m3fn, do.device
     do_codes = torch.empty((total, heads, d), dtype=fp8, device=dev)
     do_exps = torch.empty((total, heads), dtype=torch.int8, device=dev)
-    dot_codes_t = torch.empty((heads, d, _padded(total)), dtype=fp8, device=dev)
+    cu_t = aligned_starts(cu_seqlens) if cu_seqlens_t is None else cu_seqlens_t
+    dot_codes_t = _transposed_codes(heads, d, total, cu_seqlens)
     dot_exps = torch.empty((total, heads), dtype=torch.int8, device=dev)
     delta = torch.empty((heads, total), dtype=torch.float32, device=dev)
     if total:
         _quantize_grad_output_kernel[_grid(max_seqlen, step, cu_seqlens, heads)](
-            do, o, ro.contiguous(), do_codes, do_exps, dot_codes_t, dot_exps, delta, cu_seqlens,
-            total, _padded(total), heads, D=d, STEP=step, BLOCK=block, T_ALIGN=T_ALIGN,
+            do, o, ro.contiguous(), do_codes, do_exps, dot_codes_t, dot_exps, delta, cu_seqlens, cu_t,
+            total, dot_codes_t.shape[2], heads, D=d, STEP=step, BLOCK=block, T_ALIGN=T_ALIGN,
             INTERPRET=interpreting())
-    return KernelGradOutput(do_codes, do_exps, dot_codes_t, dot_exps, delta)
+    return KernelGradOutput(do_codes, do_exps, dot_codes_t, dot_exps, delta, cu_t)

@@ -1,0 +1,42 @@
+"""The token axis of the transposed FP8 codes (Q^T, K^T, V^T, dOt^T: [H, D, T_t], tokens
+contiguous), which Hopper's FP8 MMA needs as K-major operands of products over tokens.
+
+Document b's token i sits at column ``cu_t[b] + i`` with ``cu_t = [0, cumsum(round_up(len_b,
+T_ALIGN))]``: every document starts at a multiple of T_ALIGN tokens, so a kernel's tile of
+a document starts 16-byte aligned and loads as wide vectors (with packed starts, which are
+generally not aligned, Triton falls back to single-byte loads). Columns between documents
+and past the last one hold zero codes: kernels load whole aligned tiles, and uninitialised
+FP8 bytes may be NaNs. Everything here is torch on the device, without a host sync.
+"""
+import torch
+
+T_ALIGN = 16  # tokens (= bytes of E4M3 codes)
+
+
+def aligned_starts(cu_seqlens: torch.Tensor) -> torch.Tensor:
+    """cu_t, int32 [num_docs + 1]: each document's first column in the transposed codes, from
+    cu_seqlens int32 [num_docs + 1] (packed row starts), on its device."""
+    lengths = cu_seqlens[1:] - cu_seqlens[:-1]
+    spans = (lengths + (T_ALIGN - 1)) // T_ALIGN * T_ALIGN
+    starts = torch.zeros_like(cu_seqlens)
+    starts[1:] = torch.cumsum(spans, 0, dtype=cu_seqlens.dtype)
+    return starts
+
+
+def transposed_extent(total: int, num_docs: int) -> int:
+    """T_t, the column count of the transposed codes: a host-known bound on cu_t[-1] (each
+    document adds at most T_ALIGN - 1 columns of padding), a multiple of T_ALIGN. It exceeds
+    cu_t[-1] by less than T_ALIGN * (num_docs + 1) columns."""
+    return -(-total // T_ALIGN) * T_ALIGN + T_ALIGN * num_docs
+
+
+def transposed_reference(codes: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
+    """The layout in torch, for tests: codes [T, H, D] (any dtype) -> [H, D, T_t] of that
+    dtype, token i of document b at column cu_t[b] + i and zeros elsewhere."""
+    total, heads, d = codes.shape
+    rows = torch.arange(total, dtype=cu_seqlens.dtype, device=codes.device)
+    doc = torch.searchsorted(cu_seqlens[1:], rows, right=True)  # [T] each row's document
+    cols = rows + (aligned_starts(cu_seqlens) - cu_seqlens)[doc]
+    out = codes.new_zeros((heads, d, transposed_extent(total, cu_seqlens.numel() - 1)))
+    out[:, :, cols.long()] = codes.permute(1, 2, 0)
+    return out
