@@ -1,10 +1,16 @@
 """Shared fixtures: seeded generators and packed random inputs.
 
-Nothing here touches the environment (TRITON_INTERPRET and the like stay with the modules
-that need them), and flamia is imported only when a fixture is used.
+Without CUDA the Triton kernels run on Triton's CPU interpreter: TRITON_INTERPRET is set
+here, before any test module imports a kernel (Triton reads it when a kernel is decorated).
+flamia itself is imported only when a fixture is used.
 """
+import os
+
 import pytest
 import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture

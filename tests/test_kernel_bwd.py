@@ -3,20 +3,14 @@
 dOt^ and their transposes, delta, m, ro, PV) so that only the two backward kernels are under
 test: dQ, dK and dV within fp32 summation-order noise. Without CUDA the kernels run on
 Triton's CPU interpreter, with small tiles (the emulator gets the same tiles)."""
-import os
-
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    # Triton picks the interpreter when a kernel is decorated: set it before the import below.
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-from flamia.formats.hadamard import hadamard_transform  # noqa: E402
-from flamia.kernels.attn_bwd import attention_backward  # noqa: E402
-from flamia.kernels.configs import AttnTiles  # noqa: E402
-from flamia.kernels.layout import aligned_starts, transposed_reference  # noqa: E402
-from flamia.reference.emulated import emulate_backward, emulate_forward  # noqa: E402
+from flamia.formats.hadamard import hadamard_transform
+from flamia.kernels.attn_bwd import attention_backward
+from flamia.kernels.configs import AttnTiles
+from flamia.kernels.layout import aligned_starts, transposed_reference
+from flamia.reference.emulated import emulate_backward, emulate_forward
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 FP8 = torch.float8_e4m3fn

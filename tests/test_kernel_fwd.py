@@ -5,19 +5,13 @@ small tiles (the emulator gets the same tiles): the integer row max m bit for bi
 within fp32 summation-order noise, O within one bf16 rounding of it. On the GPU, exp2 is
 approximate and the FP8 MMAs may accumulate with reduced precision, so looser bounds apply
 (``assert_near``)."""
-import os
-
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    # Triton picks the interpreter when a kernel is decorated: set it before the import below.
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-from flamia.kernels.attn_fwd import attention_forward  # noqa: E402
-from flamia.kernels.configs import AttnTiles  # noqa: E402
-from flamia.kernels.layout import aligned_starts, transposed_reference  # noqa: E402
-from flamia.reference.emulated import emulate_forward  # noqa: E402
+from flamia.kernels.attn_fwd import attention_forward
+from flamia.kernels.configs import AttnTiles
+from flamia.kernels.layout import aligned_starts, transposed_reference
+from flamia.reference.emulated import emulate_forward
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 FP8 = torch.float8_e4m3fn

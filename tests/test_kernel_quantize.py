@@ -2,18 +2,12 @@
 (flamia/reference/operands.py): codes, transposed codes (in the aligned layout of
 flamia/kernels/layout.py, zero outside documents) and exponents bit for bit, D within fp32
 summation-order noise. Without CUDA the kernels run on Triton's CPU interpreter."""
-import os
-
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    # Triton picks the interpreter when a kernel is decorated: set it before the import below.
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-from flamia.kernels.layout import aligned_starts, transposed_extent, transposed_reference  # noqa: E402
-from flamia.kernels.quantize import quantize_grad_output, quantize_operand  # noqa: E402
-from flamia.reference import operands as ref  # noqa: E402
+from flamia.kernels.layout import aligned_starts, transposed_extent, transposed_reference
+from flamia.kernels.quantize import quantize_grad_output, quantize_operand
+from flamia.reference import operands as ref
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # Odd lengths, none a multiple of 16, a 1-token and an empty document: every document but the

@@ -25,7 +25,7 @@ from ..masks import effective_window
 from .configs import SUPPORTED_HEAD_DIMS, AttnTiles
 from .fp8 import E4M3_EQ, E4M3_MQ, interpreting, mma, pow2, round_e4m3, scale_exponent, to_e4m3
 from .layout import T_ALIGN as _T_ALIGN
-from .layout import transposed_extent
+from .layout import check_operand, transposed_extent
 
 LOG2E = math.log2(math.e)
 T_ALIGN = tl.constexpr(_T_ALIGN)  # the transposed codes' documents start at multiples of this column
@@ -321,15 +321,6 @@ def _dq_kernel(p_q, p_qe, p_k, p_kt, p_ke, p_v, p_ve, p_do, p_doe, p_delta, p_m,
     tl.store(p_dq + o_out, acc * (scale * pow2(-e_q))[:, None], mask=m_i[:, None])
 
 
-def _check(name: str, x: torch.Tensor, dtype: torch.dtype, shape: tuple) -> None:
-    if x.dtype != dtype:
-        raise ValueError(f"{name}: dtype must be {dtype}, got {x.dtype}")
-    if tuple(x.shape) != shape:
-        raise ValueError(f"{name}: expected shape {shape}, got {tuple(x.shape)}")
-    if not x.is_contiguous():
-        raise ValueError(f"{name}: must be contiguous")
-
-
 def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v_codes, v_exps, do_codes, do_exps,
                        dot_codes_t, dot_exps, delta, m, ro, pv, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t,
                        max_seqlen_q, max_seqlen_k, *, causal: bool, window_size: tuple[int, int], softmax_scale: float,
@@ -369,7 +360,7 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
             ("cu_seqlens_q", cu_seqlens_q, i32, (num_docs + 1,)), ("cu_seqlens_k", cu_seqlens_k, i32, (num_docs + 1,)),
             ("cu_seqlens_q_t", cu_seqlens_q_t, i32, (num_docs + 1,)),
             ("cu_seqlens_k_t", cu_seqlens_k_t, i32, (num_docs + 1,))):
-        _check(name, x, dtype, shape)
+        check_operand(name, x, dtype, shape)
     dev = q_codes.device
     dq = torch.empty((tq, hq, d), dtype=torch.float32, device=dev)
     dk, dv = (torch.empty((tk, hkv, d), dtype=torch.float32, device=dev) for _ in range(2))

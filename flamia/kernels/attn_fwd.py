@@ -22,7 +22,7 @@ import triton.language as tl
 from ..masks import effective_window
 from .configs import AttnTiles
 from .fp8 import interpreting, mma, pow2, to_e4m3
-from .layout import T_ALIGN, transposed_extent
+from .layout import T_ALIGN, check_operand, transposed_extent
 
 LOG2E = math.log2(math.e)
 LN2 = tl.constexpr(math.log(2.0))
@@ -178,15 +178,6 @@ def _attn_fwd_kernel(p_q, p_qe, p_k, p_ke, p_vt, p_ve, p_pv, p_cu_q, p_cu_k, p_c
     tl.store(p_ro + o_stat, b_ro, mask=m_row)
 
 
-def _check(name: str, x: torch.Tensor, dtype: torch.dtype, shape: tuple) -> None:
-    if x.dtype != dtype:
-        raise ValueError(f"{name}: dtype must be {dtype}, got {x.dtype}")
-    if tuple(x.shape) != shape:
-        raise ValueError(f"{name}: expected shape {shape}, got {tuple(x.shape)}")
-    if not x.is_contiguous():
-        raise ValueError(f"{name}: must be contiguous")
-
-
 def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, cu_seqlens_q, cu_seqlens_k,
                       cu_seqlens_k_t, max_seqlen_q: int, max_seqlen_k: int, *, causal: bool,
                       window_size: tuple[int, int], softmax_scale: float, tau: int, sigma: int, tiles: AttnTiles):
@@ -219,7 +210,7 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
             ("pv", pv, i32, (tq, hkv)),
             ("cu_seqlens_q", cu_seqlens_q, i32, (num_docs + 1,)), ("cu_seqlens_k", cu_seqlens_k, i32, (num_docs + 1,)),
             ("cu_seqlens_k_t", cu_seqlens_k_t, i32, (num_docs + 1,))):
-        _check(name, x, dtype, shape)
+        check_operand(name, x, dtype, shape)
     wl, wr = effective_window(causal, window_size)
 
     dev = q_codes.device

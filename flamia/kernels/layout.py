@@ -6,11 +6,22 @@ T_ALIGN))]``: every document starts at a multiple of T_ALIGN tokens, so a kernel
 a document starts 16-byte aligned and loads as wide vectors (with packed starts, which are
 generally not aligned, Triton falls back to single-byte loads). Columns between documents
 and past the last one hold zero codes: kernels load whole aligned tiles, and uninitialised
-FP8 bytes may be NaNs. Everything here is torch on the device, without a host sync.
+FP8 bytes may be NaNs. Everything here is torch on the device, without a host sync; the
+launchers' shape check lives here too.
 """
 import torch
 
 T_ALIGN = 16  # tokens (= bytes of E4M3 codes)
+
+
+def check_operand(name: str, x: torch.Tensor, dtype: torch.dtype, shape: tuple) -> None:
+    """The launchers' argument check: a contiguous ``dtype`` tensor of exactly ``shape``."""
+    if x.dtype != dtype:
+        raise ValueError(f"{name}: dtype must be {dtype}, got {x.dtype}")
+    if tuple(x.shape) != shape:
+        raise ValueError(f"{name}: expected shape {shape}, got {tuple(x.shape)}")
+    if not x.is_contiguous():
+        raise ValueError(f"{name}: must be contiguous")
 
 
 def aligned_starts(cu_seqlens: torch.Tensor) -> torch.Tensor:
