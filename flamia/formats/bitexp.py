@@ -17,7 +17,8 @@ import math
 import torch
 
 from .e2m1 import E2M1_MAX
-from .nvfp4 import round_e2m1, round_e2m1_pow2
+from .e2m1 import round_to_e2m1
+from .nvfp4 import round_e2m1_pow2
 from .scales import exp2i, scale_exponent
 
 _BF16_MANTISSA = 128.0  # 2^7 fraction steps per unit of x
@@ -78,7 +79,7 @@ def mitchell_p(x: torch.Tensor, m: torch.Tensor, group: int = 32) -> torch.Tenso
     shift = m[..., None, None]
     eg = scale_exponent(mitchell_exp2(xg.amax(-1, keepdim=True), shift), E2M1_MAX)
     # The log-domain group scale (paper 3.5.2): eg enters the FFMA's constant, no multiply.
-    return (round_e2m1(mitchell_exp2(xg, shift + eg)) * exp2i(eg)).flatten(-2)
+    return (round_to_e2m1(mitchell_exp2(xg, shift + eg)) * exp2i(eg)).flatten(-2)
 
 
 def mitchell_code_match(x: torch.Tensor, group: int = 32, nonzero_only: bool = False) -> float:

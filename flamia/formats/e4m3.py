@@ -25,10 +25,14 @@ def round_to_e4m3(x: torch.Tensor, saturate: bool = False) -> torch.Tensor:
     x = x.float()
     if saturate:
         x = x.clamp(-E4M3_MAX, E4M3_MAX)
-    _, exp = torch.frexp(x)  # |x| = mant * 2^exp, mant in [0.5, 1)
-    exp = (exp - 1).clamp(min=E4M3_MIN_NORMAL_EXP)
-    ulp = torch.ldexp(torch.ones_like(x), exp - E4M3_MANTISSA_BITS)
+    ulp = e4m3_ulp(x)
     return torch.round(x / ulp) * ulp
+
+
+def e4m3_ulp(x: torch.Tensor) -> torch.Tensor:
+    """Spacing of the E4M3 grid at fp32 ``x`` (the subnormal spacing 2^-9 below 2^-6)."""
+    _, exp = torch.frexp(x)  # |x| = mant * 2^exp, mant in [0.5, 1)
+    return torch.ldexp(torch.ones_like(x), (exp - 1).clamp(min=E4M3_MIN_NORMAL_EXP) - E4M3_MANTISSA_BITS)
 
 
 def to_e4m3(x: torch.Tensor, saturate: bool = False) -> torch.Tensor:

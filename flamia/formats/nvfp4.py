@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .e2m1 import E2M1_MAX, e2m1_codes, e2m1_decode
-from .e4m3 import E4M3_MANTISSA_BITS, E4M3_MAX, E4M3_MIN_NORMAL_EXP
+from .e2m1 import E2M1_MAX, e2m1_codes, e2m1_decode, round_to_e2m1
+from .e4m3 import E4M3_MAX, e4m3_ulp
 from .scales import exp2i, scale_exponent
 
 NVFP4_GROUP = 16
@@ -43,15 +43,9 @@ class Nvfp4Tensor:
         return self.values() * self.g[..., None]
 
 
-def _e4m3_ulp(x: torch.Tensor) -> torch.Tensor:
-    """Spacing of the E4M3 grid at non-negative fp32 ``x`` (subnormal spacing below 2^-6)."""
-    _, exp = torch.frexp(x)
-    return torch.ldexp(torch.ones_like(x), (exp - 1).clamp(min=E4M3_MIN_NORMAL_EXP) - E4M3_MANTISSA_BITS)
-
-
 def e4m3_round_up(x: torch.Tensor) -> torch.Tensor:
     """The smallest E4M3 value >= x, for fp32 0 <= x <= 448 (fp32 result)."""
-    ulp = _e4m3_ulp(x)
+    ulp = e4m3_ulp(x)
     return torch.ceil(x / ulp) * ulp
 
 
@@ -67,7 +61,7 @@ def _group_scale(amax16: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     """The E4M3 scale of each 16-group: amax16 [..., D/16], g [..., 1]."""
     s = e4m3_round_up(amax16 / (E2M1_MAX * g)).clamp(max=E4M3_MAX)
     over = amax16 / (s * g) > E2M1_MAX
-    return torch.where(over, s + _e4m3_ulp(s), s)
+    return torch.where(over, s + e4m3_ulp(s), s)
 
 
 def quantize_nvfp4(x: torch.Tensor, per_tensor: bool = False) -> Nvfp4Tensor:
@@ -92,21 +86,10 @@ def quantize_nvfp4(x: torch.Tensor, per_tensor: bool = False) -> Nvfp4Tensor:
     return Nvfp4Tensor(e2m1_codes(scaled.flatten(-2)), s, g)
 
 
-def round_e2m1(x: torch.Tensor) -> torch.Tensor:
-    """The values of :func:`flamia.formats.e2m1.round_to_e2m1` (nearest, ties to even) in
-    plain fp32 arithmetic, as ``round_to_e4m3`` does it: divide by the grid spacing at |x|
-    (0.5 below 2, 1 below 4, then 2), round half to even, multiply back. Several times faster
-    on the CPU, which the emulator's per-tile P and G rounding needs. |x| > 6 saturates to 6."""
-    x = x.float()
-    a = x.abs()
-    ulp = torch.where(a < 2.0, 0.5, torch.where(a < 4.0, 1.0, 2.0))
-    return (torch.round(x / ulp) * ulp).clamp(-E2M1_MAX, E2M1_MAX)
-
-
 def round_e2m1_pow2(x: torch.Tensor, amax: torch.Tensor) -> torch.Tensor:
     """E2M1 under a power-of-two group scale (4-bit P, and the all-4-bit route's operands
     contracted over tokens): ``e2m1(x * 2^-e) * 2^e`` with ``e = scale_exponent(amax, 6)``,
     so nothing clamps. x: [...] fp32; amax: broadcastable to x, >= the group's max |x|.
     Returns the fp32 values (exact)."""
     e = scale_exponent(amax, E2M1_MAX)
-    return round_e2m1(x * exp2i(-e)) * exp2i(e)
+    return round_to_e2m1(x * exp2i(-e)) * exp2i(e)

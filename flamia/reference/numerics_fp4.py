@@ -12,7 +12,8 @@ Group maxima of P skip masked keys, so no P group straddles the causal boundary;
 import torch
 
 from ..formats.e2m1 import E2M1_MAX
-from ..formats.nvfp4 import round_e2m1, round_e2m1_pow2
+from ..formats.e2m1 import round_to_e2m1
+from ..formats.nvfp4 import round_e2m1_pow2
 from ..kernels.configs import AttnTiles
 from ..recipes import Recipe
 from .numerics import Numerics
@@ -100,7 +101,7 @@ class Fp4Numerics(Nvfp4Numerics):
         return True
 
     def round_grad(self, y):
-        return round_e2m1(y)
+        return round_to_e2m1(y)
 
     def grad_groups(self, tiles: AttnTiles) -> tuple[int, int]:
         """G in both products: 16 tokens of one document per scale, as the other operands."""
