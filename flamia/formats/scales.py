@@ -10,6 +10,8 @@ stay normal fp32 numbers, so every fold below is exact; blocks whose max is unde
 (~3.5e-28) underflow to E4M3 subnormals or zero, as any quantizer must;
 an all-zero group gets -100.
 """
+import struct
+
 import torch
 
 EXP_MIN = -100
@@ -17,8 +19,9 @@ EXP_MAX = 127
 
 
 def _split(qmax: float) -> tuple[int, int]:
-    """(Eq, mantissa bits of Mq) of a positive fp32 constant."""
-    bits = torch.tensor(qmax, dtype=torch.float32).view(torch.int32).item()
+    """(Eq, mantissa bits of Mq) of a positive fp32 constant, in plain Python (no tensor, so
+    nothing to synchronise or to break a torch.compile graph)."""
+    (bits,) = struct.unpack("<I", struct.pack("<f", qmax))
     return ((bits >> 23) & 0xFF) - 127, bits & 0x7FFFFF
 
 
