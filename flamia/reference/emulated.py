@@ -93,6 +93,7 @@ class _Rows:
     kf: torch.Tensor
     vc: torch.Tensor
     vf: torch.Tensor
+    pv: torch.Tensor  # PV per query row (int)
     rf: torch.Tensor  # 2^(sigma - PV)
 
 
@@ -106,7 +107,7 @@ def _rows(lay: DocLayout, q_op, k_op, v_op, pv, spec: AttnSpec) -> _Rows:
     return _Rows(qc=lay.rows_q(q_op.codes), qs=lay.rows_q(q_op.factor, fill=1.0) * s2,
                  kc=lay.rows_k(k_op.codes), kf=lay.rows_k(k_op.factor, fill=1.0),
                  vc=lay.rows_k(v_op.codes), vf=lay.rows_k(v_op.factor, fill=1.0),
-                 rf=exp2i(spec.recipe.sigma - pv_q))
+                 pv=pv_q, rf=exp2i(spec.recipe.sigma - pv_q))
 
 
 def _scores(r: _Rows, tile: KeyTile) -> tuple[torch.Tensor, torch.Tensor]:
@@ -177,8 +178,7 @@ def emulate_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
 
     valid = m > float("-inf")
     l_safe = torch.where(valid, l, torch.ones_like(l))
-    pv_q = lay.rows_q(pv.repeat_interleave(lay.group, dim=1))
-    ro = torch.where(valid, exp2i(pv_q - recipe.sigma) / l_safe, torch.zeros_like(l))
+    ro = torch.where(valid, exp2i(r.pv - recipe.sigma) / l_safe, torch.zeros_like(l))
     lse = torch.where(valid, (m + torch.log2(l_safe)) * LN2, torch.full_like(l, float("inf")))
     m_saved = torch.where(valid, m, torch.full_like(m, float("inf")))
     tq = q.shape[0]
