@@ -6,7 +6,6 @@ Triton's CPU interpreter, with small tiles (the emulator gets the same tiles).""
 import pytest
 import torch
 
-from flamia.formats.hadamard import hadamard_transform
 from flamia.kernels.attn_bwd import attention_backward
 from flamia.kernels.configs import AttnTiles
 from flamia.kernels.layout import aligned_starts, transposed_reference
@@ -46,16 +45,8 @@ def kernel_inputs(fwd, do) -> tuple[tuple, dict]:
             transposed(g_dot.codes, cu_q), g_dot.exps.to(i8), go.delta, fwd.m, fwd.ro, fwd.pv, cu_q, cu_k,
             aligned_starts(cu_q), aligned_starts(cu_k), spec.max_seqlen_q, spec.max_seqlen_k)
     kwargs = dict(causal=spec.causal, window_size=spec.window_size, softmax_scale=spec.softmax_scale,
-                  sigma=spec.recipe.sigma, tiles=t)
+                  sigma=spec.recipe.sigma, tiles=t, rotate=fwd.numerics.hadamard)
     return args, kwargs
-
-
-def rotated_back(fwd, grads):
-    """dQ and dK rotated back by the Hadamard transform where the emulator rotated them."""
-    dq, dk, dv = grads
-    if fwd.numerics.hadamard:
-        dq, dk = hadamard_transform(dq), hadamard_transform(dk)
-    return dq, dk, dv
 
 
 def run_both(lens_q, lens_k, heads, d, causal, window, tile_cfg, seed):
@@ -69,7 +60,7 @@ def run_both(lens_q, lens_k, heads, d, causal, window, tile_cfg, seed):
     fwd = emulate_forward(q, k, v, cu_seqlens(lens_q), cu_seqlens(lens_k), max(lens_q), max(lens_k), causal=causal,
                           softmax_scale=d**-0.5, window_size=window, recipe="mxfp8", tiles=tile_cfg)
     args, kwargs = kernel_inputs(fwd, do)
-    return rotated_back(fwd, attention_backward(*args, **kwargs)), emulate_backward(fwd, do)
+    return attention_backward(*args, **kwargs), emulate_backward(fwd, do)
 
 
 def relative_errors(got, want) -> list[float]:
@@ -112,6 +103,26 @@ def test_backward_default_tiles():
     assert max(errs) <= GRAD_TOL, f"dq, dk, dv relative errors {errs}"
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_backward_output_dtype_rounds_fp32_result(dtype):
+    """Gradients stored in bf16/fp16 by the kernels' epilogues equal the fp32 gradients
+    rounded to nearest even (torch's cast), bit for bit, rotated back or not."""
+    g = torch.Generator().manual_seed(5)
+    lens = (70, 1, 33)
+    for d in (64, 128):
+        q, k, v, do = (torch.randn(sum(lens), 2, d, generator=g).to(DEVICE, torch.bfloat16) for _ in range(4))
+        cu = cu_seqlens(lens)
+        t = tiles(32, 32, 32, 16)
+        fwd = emulate_forward(q, k, v, cu, cu, max(lens), max(lens), causal=True, softmax_scale=d**-0.5,
+                              recipe="mxfp8", tiles=t)
+        args, kwargs = kernel_inputs(fwd, do)
+        kwargs["rotate"] = d == 128
+        want = attention_backward(*args, **kwargs)
+        got = attention_backward(*args, **kwargs, out_dtype=dtype)
+        for a, b in zip(got, want):
+            assert a.dtype == dtype and torch.equal(a, b.to(dtype))
+
+
 def test_backward_names_bad_argument():
     t, h, d = 5, 2, 64
     codes, codes_t = torch.zeros((t, h, d), dtype=FP8), torch.zeros((h, d, 32), dtype=FP8)
@@ -141,7 +152,7 @@ def test_backward_matches_emulator_gpu():
     want = emulate_backward(fwd, do)
     args, kwargs = kernel_inputs(fwd, do)
     raw = attention_backward(*args, **kwargs)
-    errs = [((a - b).norm() / b.norm()).item() for a, b in zip(rotated_back(fwd, raw), want)]
+    errs = [((a - b).norm() / b.norm()).item() for a, b in zip(raw, want)]
     print(f"gpu bwd vs emulator, relative norm error: dq {errs[0]:.3g}, dk {errs[1]:.3g}, dv {errs[2]:.3g}")
     assert max(errs) <= 1e-2
     assert all(torch.equal(a, b) for a, b in zip(attention_backward(*args, **kwargs), raw)), "two runs differ"

@@ -21,13 +21,16 @@ import torch
 import triton
 import triton.language as tl
 
+from ..formats.hadamard import HADAMARD_DIMS
 from ..masks import effective_window
 from .configs import SUPPORTED_HEAD_DIMS, AttnTiles
-from .fp8 import E4M3_EQ, E4M3_MQ, interpreting, mma, pow2, round_e4m3, scale_exponent, to_e4m3
+from .fp8 import E4M3_EQ, E4M3_MQ, interpreting, mma, pow2, round_e4m3, scale_exponent, to_e4m3, to_output
+from .hadamard import rotate
 from .layout import T_ALIGN as _T_ALIGN
 from .layout import check_operand, transposed_extent
 
 LOG2E = math.log2(math.e)
+OUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 T_ALIGN = tl.constexpr(_T_ALIGN)  # the transposed codes' documents start at multiples of this column
 
 
@@ -202,11 +205,12 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, key, o_k, i0, p_rows, p_cols, p_vecs, p
 
 @triton.jit
 def _dkdv_kernel(p_q, p_qt, p_qe, p_k, p_ke, p_v, p_ve, p_do, p_doe, p_dott, p_dote, p_delta, p_m, p_ro, p_pv,
-                 p_cu_q, p_cu_k, p_cu_qt, p_cu_kt, p_dk, p_dv, s2, scale, wl, wr, total_q, heads_q, tq_t,
-                 GROUP: tl.constexpr, SIGMA: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
-                 BN: tl.constexpr, INTERPRET: tl.constexpr):
+                 p_cu_q, p_cu_k, p_cu_qt, p_cu_kt, p_dk, p_dv, s2, scale, inv_sqrt_d, wl, wr, total_q, heads_q,
+                 tq_t, GROUP: tl.constexpr, SIGMA: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
+                 BN: tl.constexpr, ROTATE_STAGES: tl.constexpr, INTERPRET: tl.constexpr):
     """Program (key tile, document, KV head): dK and dV [BN, D] of the tile, summed over the
-    query heads of its GQA group. Tile 0 goes first: under a causal mask it sees the most queries."""
+    query heads of its GQA group, stored in p_dk's dtype (dK rotated back when
+    ROTATE_STAGES > 0). Tile 0 goes first: under a causal mask it sees the most queries."""
     doc, h_k = tl.program_id(1), tl.program_id(2).to(tl.int64)
     heads_kv = heads_q // GROUP
     q_start, len_q, q_start_t, span_q = _doc_bounds(p_cu_q, p_cu_qt, doc)
@@ -248,8 +252,9 @@ def _dkdv_kernel(p_q, p_qt, p_qe, p_k, p_ke, p_v, p_ve, p_do, p_doe, p_dott, p_d
                                         p_dote + o_qe, geo, span_q, heads_q, heads_kv, tq_t, s2, SIGMA, D, BM, True,
                                         INTERPRET)
     o_out = o_kv + o_k.to(tl.int64)[:, None] * (heads_kv * D) + tl.arange(0, D)[None, :]  # [BN, D]
-    tl.store(p_dk + o_out, acc_dk * (scale * pow2(-e_k))[:, None], mask=m_k[:, None])
-    tl.store(p_dv + o_out, acc_dv * key[2][:, None], mask=m_k[:, None])
+    b_dk = rotate(acc_dk * (scale * pow2(-e_k))[:, None], inv_sqrt_d, ROTATE_STAGES)  # [BN, D]
+    tl.store(p_dk + o_out, to_output(b_dk, p_dk.dtype.element_ty, INTERPRET), mask=m_k[:, None])
+    tl.store(p_dv + o_out, to_output(acc_dv * key[2][:, None], p_dv.dtype.element_ty, INTERPRET), mask=m_k[:, None])
 
 
 @triton.jit
@@ -279,10 +284,12 @@ def _dq_step(acc, b_q, b_do, qry, o_i, k0, p_rows, p_kt, p_vecs, geo, span_k, he
 
 @triton.jit
 def _dq_kernel(p_q, p_qe, p_k, p_kt, p_ke, p_v, p_ve, p_do, p_doe, p_delta, p_m, p_ro, p_pv, p_cu_q, p_cu_k,
-               p_cu_qt, p_cu_kt, p_dq, s2, scale, wl, wr, total_q, heads_q, tk_t, GROUP: tl.constexpr,
-               SIGMA: tl.constexpr, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, INTERPRET: tl.constexpr):
-    """Program (query tile, document, query head): dQ [BM, D] of the tile. The tile index is
-    reversed so that the longest causal tiles start first."""
+               p_cu_qt, p_cu_kt, p_dq, s2, scale, inv_sqrt_d, wl, wr, total_q, heads_q, tk_t, GROUP: tl.constexpr,
+               SIGMA: tl.constexpr, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+               ROTATE_STAGES: tl.constexpr, INTERPRET: tl.constexpr):
+    """Program (query tile, document, query head): dQ [BM, D] of the tile in p_dq's dtype
+    (rotated back when ROTATE_STAGES > 0). The tile index is reversed so that the longest
+    causal tiles start first."""
     doc, h_q = tl.program_id(1), tl.program_id(2).to(tl.int64)
     heads_kv = heads_q // GROUP
     h_k = h_q // GROUP
@@ -318,14 +325,17 @@ def _dq_kernel(p_q, p_qe, p_k, p_kt, p_ke, p_v, p_ve, p_do, p_doe, p_delta, p_m,
                        True, INTERPRET)
     e_q = tl.load(p_qe + o_qe + o_i.to(tl.int64) * heads_q, mask=m_i, other=0).to(tl.int32)
     o_out = o_qd + o_i.to(tl.int64)[:, None] * (heads_q * D) + tl.arange(0, D)[None, :]  # [BM, D]
-    tl.store(p_dq + o_out, acc * (scale * pow2(-e_q))[:, None], mask=m_i[:, None])
+    b_dq = rotate(acc * (scale * pow2(-e_q))[:, None], inv_sqrt_d, ROTATE_STAGES)  # [BM, D]
+    tl.store(p_dq + o_out, to_output(b_dq, p_dq.dtype.element_ty, INTERPRET), mask=m_i[:, None])
 
 
 def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v_codes, v_exps, do_codes, do_exps,
                        dot_codes_t, dot_exps, delta, m, ro, pv, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t,
                        max_seqlen_q, max_seqlen_k, *, causal: bool, window_size: tuple[int, int], softmax_scale: float,
-                       sigma: int, tiles: AttnTiles) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """dQ, dK, dV of the MXFP8 route (NUMERICS.md 4), before the Hadamard rotate-back.
+                       sigma: int, tiles: AttnTiles, rotate: bool = False,
+                       out_dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dQ, dK, dV of the MXFP8 route (NUMERICS.md 4), with dQ and dK rotated back by the
+    Hadamard transform when ``rotate`` (Q and K were rotated), in the kernels' epilogues.
 
     Codes are float8_e4m3fn: q_codes, do_codes [Tq, Hq, D]; k_codes, v_codes [Tk, Hkv, D];
     q_codes_t, dot_codes_t [Hq, D, Tq_t] and k_codes_t [Hkv, D, Tk_t] (tokens contiguous in the
@@ -337,14 +347,20 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     than its max_seqlen; cu_seqlens_q_t/k_t: int32 [num_docs + 1], the transposed codes'
     document starts (``aligned_starts``, as the quantizers return them). D is 64 or 128 and
     Hq a multiple of Hkv.
-    Returns dq [Tq, Hq, D], dk and dv [Tk, Hkv, D], fp32. Nothing is read back to the host,
-    so the launches can be captured in a CUDA graph."""
+    Returns dq [Tq, Hq, D], dk and dv [Tk, Hkv, D] in ``out_dtype`` (fp32, bf16 or fp16,
+    rounded to nearest even from the fp32 values: the rotate-back and the cast happen before
+    the store, where a separate torch pass would read and write every gradient several times).
+    Nothing is read back to the host, so the launches can be captured in a CUDA graph."""
     tq, hq, d = q_codes.shape
     tk, hkv = k_codes.shape[:2]
     if d not in SUPPORTED_HEAD_DIMS:
         raise ValueError(f"q_codes: head dim must be one of {SUPPORTED_HEAD_DIMS}, got {d}")
     if k_codes.dim() != 3 or hkv == 0 or hq % hkv:
         raise ValueError(f"k_codes: expected [Tk, Hkv, D] with Hq={hq} a multiple of Hkv, got {tuple(k_codes.shape)}")
+    if out_dtype not in OUT_DTYPES:
+        raise ValueError(f"out_dtype: must be one of {OUT_DTYPES}, got {out_dtype}")
+    if rotate and d not in HADAMARD_DIMS:
+        raise ValueError(f"rotate: the Hadamard rotation needs head dim in {HADAMARD_DIMS}, got {d}")
     num_docs = cu_seqlens_q.shape[0] - 1
     tq_t, tk_t = transposed_extent(tq, num_docs), transposed_extent(tk, num_docs)
     fp8, i8, i32 = torch.float8_e4m3fn, torch.int8, torch.int32
@@ -362,16 +378,17 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
             ("cu_seqlens_k_t", cu_seqlens_k_t, i32, (num_docs + 1,))):
         check_operand(name, x, dtype, shape)
     dev = q_codes.device
-    dq = torch.empty((tq, hq, d), dtype=torch.float32, device=dev)
-    dk, dv = (torch.empty((tk, hkv, d), dtype=torch.float32, device=dev) for _ in range(2))
+    dq = torch.empty((tq, hq, d), dtype=out_dtype, device=dev)
+    dk, dv = (torch.empty((tk, hkv, d), dtype=out_dtype, device=dev) for _ in range(2))
     if min(tq, tk, num_docs) == 0:  # no query sees a key: every gradient is zero
         return dq.zero_(), dk.zero_(), dv.zero_()
     wl, wr = effective_window(causal, window_size)
     # An unbounded side becomes a bound no pair reaches, so one visibility rule serves all masks.
     unbounded = int(max_seqlen_q) + int(max_seqlen_k)
     wl, wr = (w if w >= 0 else unbounded for w in (wl, wr))
-    args = dict(s2=softmax_scale * LOG2E, scale=softmax_scale, wl=wl, wr=wr, total_q=tq, heads_q=hq,
-                GROUP=hq // hkv, SIGMA=sigma, D=d, INTERPRET=interpreting(),
+    args = dict(s2=softmax_scale * LOG2E, scale=softmax_scale, inv_sqrt_d=1.0 / math.sqrt(d), wl=wl, wr=wr,
+                total_q=tq, heads_q=hq, GROUP=hq // hkv, SIGMA=sigma, D=d,
+                ROTATE_STAGES=d.bit_length() - 1 if rotate else 0, INTERPRET=interpreting(),
                 num_warps=tiles.bwd_warps, num_stages=tiles.bwd_stages)
     grid = (triton.cdiv(max_seqlen_k, tiles.bwd_block_n), num_docs, hkv)
     _dkdv_kernel[grid](q_codes, q_codes_t, q_exps, k_codes, k_exps, v_codes, v_exps, do_codes, do_exps, dot_codes_t,

@@ -21,24 +21,13 @@ import triton.language as tl
 
 from ..masks import effective_window
 from .configs import AttnTiles
-from .fp8 import interpreting, mma, pow2, to_e4m3
+from .fp8 import interpreting, mma, pow2, to_e4m3, to_output
 from .layout import T_ALIGN, check_operand, transposed_extent
 
 LOG2E = math.log2(math.e)
 LN2 = tl.constexpr(math.log(2.0))
 V_ALIGN = tl.constexpr(T_ALIGN)  # V^T: every document starts at a multiple of this many columns
 HEAD_DIMS = (64, 128)
-
-
-@triton.jit
-def _to_bf16(x, INTERPRET: tl.constexpr):
-    """fp32 -> bf16, round to nearest even. The interpreter's cast truncates, so there the
-    value is first rounded on its bits, which makes the cast exact for normal numbers."""
-    if INTERPRET:
-        bits = x.to(tl.int32, bitcast=True)
-        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
-        x = bits.to(tl.float32, bitcast=True)
-    return x.to(tl.bfloat16)
 
 
 @triton.jit
@@ -170,7 +159,7 @@ def _attn_fwd_kernel(p_q, p_qe, p_k, p_ke, p_vt, p_ve, p_pv, p_cu_q, p_cu_k, p_c
     b_ro = tl.where(m_valid, tl.math.div_rn(pow2(b_pv - SIGMA), b_l), 0.0)
     b_lse = tl.where(m_valid, (b_m + tl.log2(b_l)) * LN2, float("inf"))
     b_m = tl.where(m_valid, b_m, float("inf"))
-    b_o = _to_bf16(b_acc * b_ro[:, None], INTERPRET)
+    b_o = to_output(b_acc * b_ro[:, None], tl.bfloat16, INTERPRET)
     tl.store(p_o + (o_row[:, None] * heads_q + h) * D + o_d[None, :], b_o, mask=m_row[:, None])
     o_stat = h.to(tl.int64) * total_q + o_row
     tl.store(p_lse + o_stat, b_lse, mask=m_row)

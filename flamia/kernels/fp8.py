@@ -3,7 +3,8 @@ FP8 matrix products. The Triton interpreter's known bugs are worked around here 
 here (``INTERPRET`` is a constexpr the launchers pass):
 - its fp32 -> fp8 ``.to()`` mis-rounds about 2% of values, so values are first rounded to the
   E4M3 grid in fp32 (bit-exact round-to-nearest-even), which makes the cast exact;
-- its ``tl.dot`` on low-precision operands is unreliable, so operands are upcast to fp32.
+- its ``tl.dot`` on low-precision operands is unreliable, so operands are upcast to fp32;
+- its fp32 -> bf16 cast truncates, so values are first rounded on their bits.
 """
 import os
 
@@ -66,3 +67,16 @@ def mma(a, b, acc, INTERPRET: tl.constexpr):
     if INTERPRET:
         return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
     return tl.dot(a, b, acc)
+
+
+@triton.jit
+def to_output(x, DTYPE: tl.constexpr, INTERPRET: tl.constexpr):
+    """fp32 -> DTYPE (bf16, fp16 or fp32), round to nearest even. The interpreter's bf16 cast
+    truncates, so there the value is first rounded on its bits, which makes the cast exact
+    for normal numbers."""
+    if INTERPRET:
+        if DTYPE == tl.bfloat16:
+            bits = x.to(tl.int32, bitcast=True)
+            bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
+            x = bits.to(tl.float32, bitcast=True)
+    return x.to(DTYPE)

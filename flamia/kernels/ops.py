@@ -5,7 +5,6 @@ a device value on the host, so a whole training step captures in a CUDA graph.
 """
 import torch
 
-from ..formats.hadamard import hadamard_transform
 from ..recipes import resolve_recipe
 from ..scaling import prefix_v_exponent
 from ..spec import AttnSpec
@@ -56,10 +55,8 @@ class _TritonAttention(torch.autograd.Function):
             go.do_codes, go.do_exps, go.dot_codes_t, go.dot_exps, go.delta, m, ro, pv,
             spec.cu_seqlens_q, spec.cu_seqlens_k, qq.cu_seqlens_t, kq.cu_seqlens_t, spec.max_seqlen_q, spec.max_seqlen_k,
             causal=spec.causal, window_size=spec.window_size, softmax_scale=spec.softmax_scale,
-            sigma=spec.recipe.sigma, tiles=tiles)
-        if ctx.rotate:
-            dq, dk = hadamard_transform(dq), hadamard_transform(dk)
-        return dq.to(dout.dtype), dk.to(dout.dtype), dv.to(dout.dtype), None
+            sigma=spec.recipe.sigma, tiles=tiles, rotate=ctx.rotate, out_dtype=dout.dtype)
+        return dq, dk, dv, None
 
 
 def triton_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,

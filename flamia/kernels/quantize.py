@@ -23,6 +23,7 @@ import triton.language as tl
 
 from ..formats.hadamard import HADAMARD_DIMS
 from .fp8 import E4M3_EQ, E4M3_MQ, interpreting, pow2, scale_exponent, to_e4m3
+from .hadamard import rotate
 from .layout import T_ALIGN, aligned_starts, transposed_extent
 
 # Tokens per program of quantize_operand: two 32-token blocks; a [64, 128] bf16 tile is 16 KiB.
@@ -59,19 +60,6 @@ class KernelGradOutput:
     dot_exps: torch.Tensor
     delta: torch.Tensor
     cu_seqlens_t: torch.Tensor
-
-
-@triton.jit
-def _butterfly(b_x, DIST: tl.constexpr):
-    """One Walsh-Hadamard stage on the last axis of b_x [U, D]: the pair (a, b) at distance
-    DIST (a's index has bit DIST clear) becomes (a + b, a - b)."""
-    U: tl.constexpr = b_x.shape[0]
-    D: tl.constexpr = b_x.shape[1]
-    # [U, D / (2 DIST), DIST, 2]: the pair axis last, where split/join work.
-    b_y = tl.permute(tl.reshape(b_x, [U, D // (2 * DIST), 2, DIST]), [0, 1, 3, 2])
-    b_a, b_b = tl.split(b_y)  # [U, D / (2 DIST), DIST]
-    b_y = tl.permute(tl.join(b_a + b_b, b_a - b_b), [0, 1, 3, 2])
-    return tl.reshape(b_y, [U, D])
 
 
 @triton.jit
@@ -156,10 +144,7 @@ def _quantize_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seq
     o_x = _row_offsets(o_t, h, H, D)  # [UNIT, D]
     # Rows past the document's end load as zeros: they add nothing to a block maximum.
     b_x = tl.load(p_x + o_x, mask=m_t[:, None], other=0.0).to(tl.float32)  # [UNIT, D]
-    if HADAMARD_STAGES > 0:
-        for s in tl.static_range(HADAMARD_STAGES):
-            b_x = _butterfly(b_x, 1 << s)
-        b_x = b_x * inv_sqrt_d
+    b_x = rotate(b_x, inv_sqrt_d, HADAMARD_STAGES)
     b_scaled, b_e = _block_scale(b_x, BLOCK)
     tl.store(p_codes + o_x, to_e4m3(b_scaled, INTERPRET), mask=m_t[:, None])
     tl.store(p_exps + o_t * H + h, b_e.to(tl.int8), mask=m_t)
