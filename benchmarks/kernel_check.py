@@ -131,7 +131,8 @@ def kernel_only(i, causal, t=None):
     go = quantize_grad_output(i.do, out, ro, cu, n, 32, t.bwd_block_m)
     bwd = lambda: attention_backward(qq.codes, qq.codes_t, qq.exps, kq.codes, kq.codes_t, kq.exps, vq.codes, vq.exps,
                                      go.do_codes, go.do_exps, go.dot_codes_t, go.dot_exps, go.delta, m, ro, pv,
-                                     cu, cu, qq.cu_seqlens_t, kq.cu_seqlens_t, n, n, sigma=4, tiles=t, **kw)
+                                     cu, cu, qq.cu_seqlens_t, kq.cu_seqlens_t, n, n, sigma=4, tiles=t,
+                                     rotate=d == 128, out_dtype=i.q.dtype, **kw)
     quant = lambda: (quantize_operand(i.q, cu, n, 32, d == 128, True), quantize_operand(i.k, cu, n, 32, d == 128, True),
                      quantize_operand(i.v, cu, n, 32, False, True))
     qbytes = 3 * i.q.numel() * (2 + 2)  # read bf16, write row-major + transposed fp8
@@ -162,9 +163,11 @@ def speed(report, names):
     report["speed"] = rows
 
 
-TUNE = [dict(), dict(fwd_block_n=64), dict(fwd_warps=4), dict(fwd_stages=2), dict(fwd_block_m=64, fwd_warps=4),
-        dict(bwd_block_m=32), dict(bwd_block_n=64), dict(dq_block_m=64), dict(dq_block_n=32),
-        dict(bwd_block_m=32, dq_block_n=32, bwd_warps=4), dict(bwd_stages=1)]
+# One change at a time from configs.py's tiles (v5: after the aligned layout, the forward
+# spills at 4 warps; 8 warps halve each thread's share of the [128, 128] tiles).
+TUNE = [dict(), dict(fwd_warps=8), dict(fwd_warps=8, fwd_block_n=64), dict(fwd_block_n=64),
+        dict(fwd_block_m=64), dict(fwd_warps=8, fwd_stages=2), dict(fwd_stages=4),
+        dict(bwd_block_m=64), dict(bwd_warps=4), dict(dq_block_n=128), dict(bwd_stages=3)]
 
 
 def tune(report, name="eq8x8k"):
@@ -183,11 +186,38 @@ def tune(report, name="eq8x8k"):
     report["tune"] = rows
 
 
+def profile(report, names=("eq8x8k", "logu11-16k")):
+    """Where the training call's time goes: CUDA time per kernel (torch.profiler) over three
+    training calls, the ten largest entries and their share."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+    out = {}
+    for name in names:
+        w = WORKLOADS[name]
+        i = make_case(w, "cuda").inputs
+        attn = lambda q, k, v: triton_attention(q, k, v, i.cu_seqlens, i.cu_seqlens, i.max_seqlen, i.max_seqlen,
+                                                causal=w.causal)
+        job = autograd_job(attn, i, "train")
+        job()
+        torch.cuda.synchronize()
+        with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(3):
+                job()
+            torch.cuda.synchronize()
+        events = [e for e in prof.key_averages() if e.self_device_time_total > 0]
+        total = sum(e.self_device_time_total for e in events)
+        top = sorted(events, key=lambda e: -e.self_device_time_total)[:10]
+        out[name] = [{"kernel": e.key[:80], "ms_per_call": e.self_device_time_total / 3e3,
+                      "share": e.self_device_time_total / total} for e in top]
+        print("profile", name, json.dumps(out[name]), flush=True)
+    report["profile"] = out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--workloads", default=",".join(GROUPS["causal"]))
-    ap.add_argument("--skip", default="", help="comma list of: correctness,graph,speed,tune,sass")
+    ap.add_argument("--skip", default="", help="comma list of: correctness,graph,speed,profile,tune,sass")
     args = ap.parse_args()
     skip = set(args.skip.split(","))
     report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
@@ -201,6 +231,8 @@ def main():
                   flush=True)
     if "speed" not in skip:
         speed(report, args.workloads.split(","))
+    if "profile" not in skip:
+        profile(report)
     if "tune" not in skip:
         tune(report)
     if "sass" not in skip:

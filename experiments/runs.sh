@@ -3,12 +3,12 @@
 #
 #   experiments/runs.sh [PROFILE] [RUN ...]       # from the repository root
 #
-# PROFILE: smoke (default) or paper. RUNs: default all nine, in the order below.
+# PROFILE: smoke (default), small or paper. RUNs: default all nine, in the order below.
 # Environment:
 #   BUDGET   seconds this call may take in all (default 540: a 600 s call keeps a minute spare)
-#   GPUS     GPUs to use (default: all that nvidia-smi lists)
+#   GPUS     the GPU indices to use, e.g. "0" or "0 1" (default: all that nvidia-smi lists)
 #   PER_GPU  runs at a time on each GPU (default 1: two at a time on a 2-GPU machine); each of
-#            the GPUS * PER_GPU workers takes the next unclaimed run, worker w on GPU w % GPUS
+#            the workers takes the next unclaimed run, worker w on the (w mod #GPUS)-th GPU
 #   DATA     the corpus (default data/english-text.txt.xz, else data/english-text.txt)
 #   EXTRA    more flags for every run, e.g. "--steps 300 --eval-interval 50"
 #   PYTHON   the interpreter (default python3)
@@ -28,8 +28,8 @@ shift || true
 runs=("$@")
 [ ${#runs[@]} -gt 0 ] || runs=(bf16 mxfp8 nvfp4 fp4 leak per_tensor mm_prepr mm_diag mm_exp)
 budget=${BUDGET:-540}
-gpus=${GPUS:-$( (nvidia-smi -L 2>/dev/null || true) | wc -l)}
-[ "$gpus" -gt 0 ] || gpus=1
+read -r -a gpus <<< "${GPUS:-$(seq -s ' ' 0 $(( $( (nvidia-smi -L 2>/dev/null || true) | wc -l) - 1 )))}"
+[ ${#gpus[@]} -gt 0 ] || gpus=(0)
 per_gpu=${PER_GPU:-1}
 python=${PYTHON:-python3}
 data=${DATA:-data/english-text.txt.xz}
@@ -65,8 +65,8 @@ worker() {
   done
 }
 
-for ((w = 0; w < gpus * per_gpu; w++)); do
-  worker $((w % gpus)) &
+for ((w = 0; w < ${#gpus[@]} * per_gpu; w++)); do
+  worker "${gpus[w % ${#gpus[@]}]}" &
 done
 wait
 
