@@ -2,7 +2,8 @@
 
 Both sides see the same bf16 inputs and the same upstream gradient dO; the reference is
 ``flamia.exact_attention`` in float64 (or float32). For O, dQ, dK and dV the report gives the
-cosine similarity and the relative error ||a - b|| / ||b||, both computed in float64.
+cosine similarity and the relative error ||a - b|| / ||b||, both computed in float64; "n/a"
+for the gradients of a forward-only callable (``flamia.workload.ForwardOnly``).
 """
 from dataclasses import dataclass
 
@@ -13,6 +14,7 @@ from .workload import (Attention, PackedInputs, TrainingCall, as_attention, exac
                        make_packed_inputs, recipe_label, training_call)
 
 COMPARED = ("O", "dQ", "dK", "dV")
+Scores = dict[str, "float | None"]  # quantity -> score, None where the call did not produce it
 
 # Paper Table 4, causal column: cosine of O / dQ to FP32 (4 x 4096 tokens, 16 heads, d=128, B200).
 PAPER_TABLE4 = {"mxfp8": (0.9988, 0.9979), "nvfp4": (0.9920, 0.9906), "fp4": (0.9810, 0.9456)}
@@ -36,7 +38,7 @@ def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
 @dataclass(frozen=True)
 class AccuracyReport:
     """Cosine and relative error per quantity ("O", "dQ", "dK", "dV") of one attention
-    callable against the exact reference on one workload."""
+    callable against the exact reference on one workload (None: not produced)."""
 
     label: str
     lengths: tuple[int, ...]
@@ -44,15 +46,15 @@ class AccuracyReport:
     head_dim: int
     causal: bool
     outliers: int
-    cos: dict[str, float]
-    rel: dict[str, float]
+    cos: Scores
+    rel: Scores
 
     def format(self, header: bool = True) -> str:
         """One table row (and the header), with the paper's Table 4 cosines beside ours."""
         paper = PAPER_TABLE4.get(self.label) if self.causal else None
         paper_txt = f"{paper[0]:.4f} / {paper[1]:.4f}" if paper else "-"
-        row = ("".join(f"{self.cos[n]:>9.5f}" for n in COMPARED)
-               + "".join(f"{self.rel[n]:>9.2e}" for n in COMPARED))
+        row = ("".join(_cell(self.cos[n], ".5f") for n in COMPARED)
+               + "".join(_cell(self.rel[n], ".2e") for n in COMPARED))
         lines = [f"{self.label:<14}{row}   {paper_txt}"]
         if header:
             lines.insert(0, f"{'recipe':<14}" + "".join(f"{'cos ' + n:>9}" for n in COMPARED)
@@ -67,11 +69,18 @@ class AccuracyReport:
                 "reference: exact attention in float64 on the same bf16 inputs and dO")
 
 
-def compare(result: TrainingCall, reference: TrainingCall) -> tuple[dict[str, float], dict[str, float]]:
-    """(cosine, relative error) per compared quantity."""
+def _cell(value: "float | None", spec: str) -> str:
+    return f"{'n/a' if value is None else format(value, spec):>9}"
+
+
+def compare(result: TrainingCall, reference: TrainingCall) -> tuple[Scores, Scores]:
+    """(cosine, relative error) per compared quantity; None where ``result`` lacks it."""
     got, ref = result.by_name(), reference.by_name()
-    return ({n: cosine(got[n], ref[n]) for n in COMPARED},
-            {n: relative_error(got[n], ref[n]) for n in COMPARED})
+
+    def scores(metric) -> Scores:
+        return {n: None if got[n] is None else metric(got[n], ref[n]) for n in COMPARED}
+
+    return scores(cosine), scores(relative_error)
 
 
 def report(label: str, inputs: PackedInputs, result: TrainingCall, reference: TrainingCall,

@@ -1,9 +1,12 @@
 """The ``flamia`` command line (also ``python -m flamia``).
 
     flamia demo                      every recipe: accuracy, leakage verdict, GPU speed
-    flamia probe --recipe mxfp8 [--exact | --per-tensor] [--backend B]
-    flamia accuracy --recipe mxfp8,nvfp4 [--outliers [N]] [--lengths 1000,333,1]
+    flamia probe --recipe mxfp8 [--exact | --per-tensor] [--backend B] [--peers all]
+    flamia accuracy --recipe mxfp8,nvfp4 [--outliers [N]] [--lengths 1000,333,1] [--peers fa2,cudnn:fp8]
     flamia bench ... / flamia train ...   (their own options: flamia bench --help)
+
+``--peers`` runs the same tool on peer attention libraries (``flamia.bench.peer_attention``)
+after the recipe, on the same inputs; a peer that cannot run here prints "n/a: why".
 """
 import argparse
 import importlib
@@ -13,9 +16,11 @@ import torch
 
 from . import demo
 from .accuracy import DEFAULT_LENGTHS, measure
+from .bench.peer_attention import PeerUnavailable, peer_attention, select_peers
+from .bench.timing import error_reason
 from .probe import DEFAULT_CUTS, PROBE_LENGTHS, probe
 from .recipes import RECIPES, resolve_recipe
-from .workload import exact_reference, make_packed_inputs, training_call
+from .workload import Attention, ForwardOnly, PackedInputs, exact_reference, make_packed_inputs, training_call
 
 # Subcommands whose options belong to another module: argv after the name goes to its main().
 DELEGATED = {
@@ -39,6 +44,13 @@ def _recipe_names(text: str) -> tuple[str, ...]:
     return names
 
 
+def _peer_keys(text: str) -> tuple[str, ...]:
+    try:
+        return select_peers(text)
+    except ValueError as exc:  # argparse names the option itself
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--peers: ")) from None
+
+
 def _device(name: str | None) -> torch.device:
     return torch.device(name or ("cuda" if torch.cuda.is_available() else "cpu"))
 
@@ -51,6 +63,9 @@ def _common(parser: argparse.ArgumentParser, lengths, heads: int) -> None:
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default=None, help="default: cuda when present, else cpu")
+    parser.add_argument("--peers", type=_peer_keys, default=(),
+                        help="also run peer libraries on the same inputs: 'all' or comma-separated among "
+                             "fa2, cudnn, cudnn:bf16, cudnn:fp8, fa4 (GPU; n/a rows otherwise)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -96,7 +111,11 @@ def run_probe(args) -> int:
         recipe = recipe.with_(scale_block=1)
     if args.per_tensor:
         recipe = recipe.with_(per_tensor_scales=True)
-    print(probe(recipe, _inputs(args), cuts=args.cuts, backend=args.backend).format())
+    inputs = _inputs(args)
+    print(probe(recipe, inputs, cuts=args.cuts, backend=args.backend).format())
+    for text in _peer_texts(args.peers, inputs, True, lambda attn: probe(attn, inputs, cuts=args.cuts).format(),
+                            lambda key, why: f"probe of {key}: n/a: {why}"):
+        print(text)
     return 0
 
 
@@ -109,7 +128,28 @@ def run_accuracy(args) -> int:
         if i == 0:
             print(result.describe())
         print(result.format(header=i == 0))
+
+    def row(attn: Attention) -> str:
+        return measure(attn, inputs, causal, reference=reference, outliers=args.outliers).format(header=False)
+
+    for text in _peer_texts(args.peers, inputs, causal, row, lambda key, why: f"{key:<14}n/a: {why}"):
+        print(text)
     return 0
+
+
+def _peer_texts(keys, inputs: PackedInputs, causal: bool, run, unavailable):
+    """For each peer key: ``run(attention)``, followed by why it ran forward only where it
+    did, or ``unavailable(key, why)`` when it cannot run here (a peer library that fails on
+    the call is reported the same way, as "error: ...", and the next peer runs)."""
+    for key in keys:
+        try:
+            attn = peer_attention(key, inputs, causal)
+            only = f"\n{key}: forward only here ({attn.why})" if isinstance(attn, ForwardOnly) else ""
+            yield run(attn) + only
+        except PeerUnavailable as exc:
+            yield unavailable(key, str(exc))
+        except Exception as exc:  # a peer library's failure: its row says so, the others still run
+            yield unavailable(key, error_reason(exc))
 
 
 COMMANDS = {"demo": run_demo, "probe": run_probe, "accuracy": run_accuracy}

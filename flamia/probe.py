@@ -13,7 +13,9 @@ Cross-document probe: one whole document (q, k, v and dO) is multiplied by 1000,
 other document's O, LSE, dQ, dK and dV must stay bitwise unchanged.
 
 A change is ``max |new - old| / max |old|`` over a region (float64): 0.0 means bitwise
-unchanged, None an empty region.
+unchanged, None an empty region or a quantity the callable does not produce (a forward-only
+peer has no dQ, dK, dV; some have no LSE); the report prints both as "-" and the verdict
+names what was not measured.
 """
 import math
 from dataclasses import dataclass
@@ -70,6 +72,7 @@ class ProbeReport:
     boost: float
     causal: tuple[CausalProbe, ...]
     documents: DocumentProbe | None
+    unmeasured: tuple[str, ...] = ()  # quantities the callable does not produce
 
     @property
     def leaks(self) -> list[str]:
@@ -88,6 +91,10 @@ class ProbeReport:
 
     @property
     def verdict(self) -> str:
+        unmeasured = f" ({', '.join(self.unmeasured)} not measured)" if self.unmeasured else ""
+        return self._finding() + unmeasured
+
+    def _finding(self) -> str:
         if self.leaks:
             return "LEAKS: " + "; ".join(self.leaks)
         if not self.causal:
@@ -137,9 +144,10 @@ def relative_change(new: torch.Tensor, old: torch.Tensor) -> "float | None":
 
 
 def region_changes(new: TrainingCall, old: TrainingCall, rows: torch.Tensor) -> Changes:
-    """Relative change of every quantity over the packed ``rows`` (bool [T])."""
+    """Relative change of every quantity over the packed ``rows`` (bool [T]); None for a
+    quantity the calls did not produce."""
     a, b = new.by_name(), old.by_name()
-    return {n: relative_change(a[n][rows], b[n][rows]) for n in QUANTITIES}
+    return {n: None if b[n] is None else relative_change(a[n][rows], b[n][rows]) for n in QUANTITIES}
 
 
 def raise_token(inputs: PackedInputs, row: int, boost: float) -> PackedInputs:
@@ -181,7 +189,8 @@ def probe_cut(attn: Attention, inputs: PackedInputs, baseline: TrainingCall, doc
     in_doc = (pos >= 0) & (pos < length)
     new, old = perturbed.by_name(), baseline.by_name()
     earlier = in_doc & (pos < cut)
-    changed = torch.stack([(new[n] != old[n])[earlier].flatten(1).any(1) for n in CAUSAL]).any(0)  # [cut]
+    changed = torch.stack([(new[n] != old[n])[earlier].flatten(1).any(1)
+                           for n in CAUSAL if old[n] is not None]).any(0)  # [cut]
     first = int(changed.nonzero()[0]) if bool(changed.any()) else cut
     return CausalProbe(
         doc, cut, block_start,
@@ -205,7 +214,8 @@ def probe(recipe: "str | Recipe | Attention" = "mxfp8", inputs: PackedInputs | N
           cuts=DEFAULT_CUTS, doc: int = 0, scaled_doc: int | None = None, backend: str | None = None,
           boost: float = 8.0, doc_factor: float = 1000.0, baseline: TrainingCall | None = None) -> ProbeReport:
     """Probe a recipe (name or ``flamia.Recipe``, run through ``flamia.flash_attn_varlen_func``
-    with ``backend``) or an attention callable, causal.
+    with ``backend``) or an attention callable (``flamia.workload.ForwardOnly`` included:
+    its probe compares O and, when returned, LSE), causal.
 
     inputs: default: documents ``PROBE_LENGTHS``, 4 heads, d=128, bf16 (seed 0).
     cuts: positions in document ``doc`` to perturb (one training call each).
@@ -227,4 +237,5 @@ def probe(recipe: "str | Recipe | Attention" = "mxfp8", inputs: PackedInputs | N
     baseline = training_call(attn, inputs, causal=True) if baseline is None else baseline
     causal = tuple(probe_cut(attn, inputs, baseline, doc, cut, boost) for cut in cuts)
     documents = None if scaled_doc is None else probe_document(attn, inputs, baseline, scaled_doc, doc_factor)
-    return ProbeReport(recipe_label(recipe), inputs.lengths, boost, causal, documents)
+    unmeasured = tuple(n for n, x in baseline.by_name().items() if x is None)
+    return ProbeReport(recipe_label(recipe), inputs.lengths, boost, causal, documents, unmeasured)

@@ -4,7 +4,9 @@ callable: what the leakage probe, the accuracy report and the demo share.
 An *attention callable* is any function
 ``attn(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal) -> (out, lse)``
 with q [Tq, Hq, D], k and v [Tk, Hkv, D], out [Tq, Hq, D], lse [Hq, Tq], differentiable in
-q, k and v. :func:`as_attention` turns a flamia recipe into one.
+q, k and v. :func:`as_attention` turns a flamia recipe into one. lse may be None when the
+implementation does not expose it (some peer libraries); a callable without a backward is
+wrapped in :class:`ForwardOnly`, and its training call leaves dQ, dK and dV None.
 """
 from dataclasses import dataclass, fields, replace
 from typing import Callable
@@ -15,7 +17,7 @@ from .api import flash_attn_varlen_func
 from .recipes import Recipe
 from .reference.exact import exact_attention
 
-Attention = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+Attention = Callable[..., tuple[torch.Tensor, "torch.Tensor | None"]]
 
 # Outlier channels are this many times larger than the rest (a factor drawn per channel).
 OUTLIER_RANGE = (20.0, 100.0)
@@ -96,28 +98,47 @@ def make_packed_inputs(lengths, heads_q: int = 16, heads_kv: int | None = None, 
 
 
 @dataclass(frozen=True)
+class ForwardOnly:
+    """An attention callable that has no backward on the workload at hand (an inference
+    kernel, or a peer whose backward does not support these lengths or head dim), with
+    ``why``. Calling it calls ``attn``; :func:`training_call` runs the forward alone, on
+    inputs that do not require grad, and reports no gradients."""
+
+    attn: Attention
+    why: str
+
+    def __call__(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal):
+        return self.attn(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal)
+
+
+@dataclass(frozen=True)
 class TrainingCall:
     """Forward and backward of one attention call. out: [T, Hq, D]; lse: [Hq, T];
-    dq: [T, Hq, D]; dk, dv: [T, Hkv, D]; dtypes as the callable returned them."""
+    dq: [T, Hq, D]; dk, dv: [T, Hkv, D]; dtypes as the callable returned them. lse is None
+    when the callable does not return it, the gradients when it is :class:`ForwardOnly`."""
 
     out: torch.Tensor
-    lse: torch.Tensor
-    dq: torch.Tensor
-    dk: torch.Tensor
-    dv: torch.Tensor
+    lse: torch.Tensor | None
+    dq: torch.Tensor | None
+    dk: torch.Tensor | None
+    dv: torch.Tensor | None
 
-    def by_name(self) -> dict[str, torch.Tensor]:
-        """Quantity name -> tensor with the token on axis 0 (lse transposed to [T, Hq])."""
-        return {"O": self.out, "LSE": self.lse.transpose(0, 1), "dQ": self.dq, "dK": self.dk, "dV": self.dv}
+    def by_name(self) -> dict[str, torch.Tensor | None]:
+        """Quantity name -> tensor with the token on axis 0 (lse transposed to [T, Hq]), or
+        None for a quantity the call did not produce."""
+        lse = None if self.lse is None else self.lse.transpose(0, 1)
+        return {"O": self.out, "LSE": lse, "dQ": self.dq, "dK": self.dk, "dV": self.dv}
 
 
 def training_call(attn: Attention, inputs: PackedInputs, causal: bool = True) -> TrainingCall:
-    """Run ``attn`` forward on ``inputs`` and backward with ``inputs.do``."""
-    q, k, v = (x.detach().clone().requires_grad_() for x in (inputs.q, inputs.k, inputs.v))
+    """Run ``attn`` forward on ``inputs`` and, unless it is :class:`ForwardOnly`, backward
+    with ``inputs.do``."""
+    backward = not isinstance(attn, ForwardOnly)
+    q, k, v = (x.detach().clone().requires_grad_(backward) for x in (inputs.q, inputs.k, inputs.v))
     cu, n = inputs.cu_seqlens, inputs.max_seqlen
     out, lse = attn(q, k, v, cu, cu, n, n, causal)
-    dq, dk, dv = torch.autograd.grad(out, (q, k, v), inputs.do.to(out.dtype))
-    return TrainingCall(out.detach(), lse.detach(), dq, dk, dv)
+    grads = torch.autograd.grad(out, (q, k, v), inputs.do.to(out.dtype)) if backward else (None, None, None)
+    return TrainingCall(out.detach(), None if lse is None else lse.detach(), *grads)
 
 
 def as_attention(recipe: "str | Recipe | Attention", backend: str | None = None) -> Attention:
@@ -146,7 +167,9 @@ def exact_reference(dtype: torch.dtype = torch.float64) -> Attention:
 
 def recipe_label(recipe: "str | Recipe | Attention") -> str:
     """A short name for reports: the preset name, the Recipe's non-default fields, or the
-    callable's name."""
+    callable's name (a :class:`ForwardOnly` callable's: the wrapped one's)."""
+    if isinstance(recipe, ForwardOnly):
+        return recipe_label(recipe.attn)
     if isinstance(recipe, str):
         return recipe
     if isinstance(recipe, Recipe):

@@ -18,9 +18,13 @@ class AttnTiles:
     128 keys x 64 queries, dQ 128 x 64, 8 warps, 2 stages (benchmarks/results/
     2026-11-29-h200-kernel-check): fwd 217 TFLOP/s -> 246 with 4 warps (64-key tiles 207,
     2 stages 66); bwd 88 -> 114 with 32-query steps (64-key tiles 73, 64-row dQ tiles 68,
-    32-key dQ steps 92, 1 stage 96). d=64 is untuned and shares these."""
+    32-key dQ steps 92, 1 stage 96). Re-swept after the aligned layout and the in-kernel
+    rotate-back (same machine and versions, 2026-11-29, kernel_check.py's TUNE): fwd 320 ->
+    428 TFLOP/s with 64-row query tiles (8 warps 334, 64-key tiles 246, 2 or 4 stages
+    174-188), bwd 147 -> 181 with 3 stages (64-query steps 112, 4 warps 51, 128-key dQ steps
+    136). d=64 is untuned and shares these."""
 
-    fwd_block_m: int = 128
+    fwd_block_m: int = 64
     fwd_block_n: int = 128
     bwd_block_m: int = 32
     bwd_block_n: int = 128
@@ -29,7 +33,7 @@ class AttnTiles:
     fwd_warps: int = 4
     fwd_stages: int = 3
     bwd_warps: int = 8
-    bwd_stages: int = 2
+    bwd_stages: int = 3
 
 
 TILES = {64: AttnTiles(), 128: AttnTiles()}
