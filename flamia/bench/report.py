@@ -128,6 +128,8 @@ def markdown(header: dict, records: list[Record]) -> str:
     if header.get("clocks"):
         lines.append("- GPU at start: " + ", ".join(f"{k} {v}" for k, v in header["clocks"].items()))
     lines.append(f"- protocol: {header['protocol']}")
+    if "elapsed_s" in header:
+        lines.append(f"- wall time of the measurements: {header['elapsed_s']} s")
     for source in header.get("merged_from", []):
         lines.append(f"- merged from: `{source['command']}` ({source['date']})")
     lines.append("")

@@ -16,6 +16,7 @@ import dataclasses
 import gc
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -132,7 +133,7 @@ def memory_rows(workload: Workload, providers: list[Provider], device: str) -> l
         why = provider.unsupported(workload, "train")
         if why is None:
             try:
-                peak = peak_memory_gb(provider.build(case, "train"))
+                peak = peak_memory_gb(lambda: provider.build(case, "train"))
                 records.append(_record(provider, workload, "memory", peak_gb=peak))
             except Exception as exc:
                 why = error_reason(exc)
@@ -169,6 +170,7 @@ def _measure(args: argparse.Namespace, argv: list[str]) -> tuple[dict, list[Reco
     timed, memory = _workloads(args)
     described = {w.name: dataclasses.asdict(w) for w in [*timed, *([memory] if memory else [])]}
     header = environment.header(device, argv, dataclasses.asdict(protocol), described)
+    started = time.monotonic()
     records = []
     with _bench_stream(device):
         for workload in timed:
@@ -178,6 +180,7 @@ def _measure(args: argparse.Namespace, argv: list[str]) -> tuple[dict, list[Reco
             del case  # free this workload's inputs before the next ones are drawn
         if memory is not None:
             records += memory_rows(memory, args.providers, device)
+    header["elapsed_s"] = round(time.monotonic() - started, 1)  # the README quotes wall times
     return header, records
 
 

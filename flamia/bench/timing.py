@@ -127,13 +127,17 @@ def capture_graph(job: Job, warmup_calls: int = 2) -> GraphedJob:
     return GraphedJob(job, graph)
 
 
-def peak_memory_gb(job: Job) -> float:
-    """Peak memory one eager call of ``job`` allocates above what is live before it, in GB
-    (1e9 bytes), from torch.cuda.max_memory_allocated. One call first warms caches."""
-    job()
+def peak_memory_gb(build: Callable[[], Job]) -> float:
+    """Peak memory above what is live before the job is built, over ``build()`` and two
+    eager calls, in GB (1e9 bytes), from torch.cuda.max_memory_allocated. Counting from
+    before the build charges every provider for the buffers it allocates once and reuses
+    (cuDNN's graph outputs), as a training step would hold them; counting from the second
+    call alone measured cuDNN at 0 GB (2026-11-29)."""
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()
+    job = build()
+    job()
     job()
     torch.cuda.synchronize()
     return (torch.cuda.max_memory_allocated() - before) / 1e9
