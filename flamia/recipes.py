@@ -33,6 +33,10 @@ class Recipe:
     fwd_diag_block_m: forward treats query tiles of this many rows as diagonal tiles while
         the backward uses its own (nvfp4: diagonal tiles keep E4M3 P), e.g. 256 vs 128.
     fwd_approx_exp: forward uses Schraudolph's bit-level exponential, backward the exact one.
+    Experiment (4-bit P routes, emulator only):
+    p4_sum_quantized: the row sum l adds the 4-bit P values (before the V fold) instead of p
+        on 4-bit tiles, so the weights O uses sum to one and the backward's dS sums to zero
+        per row (experiments/README.md: the small profile's 4-bit runs diverged).
     """
 
     name: str = "mxfp8"
@@ -46,6 +50,7 @@ class Recipe:
     fwd_p4_bwd_p8: bool = False
     fwd_diag_block_m: int | None = None
     fwd_approx_exp: bool = False
+    p4_sum_quantized: bool = False
 
     def __post_init__(self):
         if self.name not in RECIPE_NAMES:
@@ -60,6 +65,8 @@ class Recipe:
             raise ValueError(f"recipe: scale_block must be 32 (token blocks) or 1 (per-token), got {self.scale_block}")
         if self.fwd_diag_block_m is not None and (self.fwd_diag_block_m <= 0 or self.fwd_diag_block_m % 32):
             raise ValueError(f"recipe: fwd_diag_block_m must be a positive multiple of 32, got {self.fwd_diag_block_m}")
+        if self.p4_sum_quantized and self.name not in ("nvfp4", "fp4"):
+            raise ValueError(f"recipe: p4_sum_quantized needs a 4-bit P route (nvfp4, fp4), got {self.name!r}")
 
     @property
     def exact(self) -> bool:

@@ -60,6 +60,9 @@ RUNS = {
     "mm_prepr": RunSpec("flamia", Recipe("nvfp4", fwd_p4_bwd_p8=True)),
     "mm_diag": RunSpec("flamia", Recipe("nvfp4", fwd_diag_block_m=256)),
     "mm_exp": RunSpec("flamia", Recipe("mxfp8", fwd_approx_exp=True)),
+    # The 4-bit routes with l summed from the 4-bit P (experiments/README.md, small profile).
+    "nvfp4_sumq": RunSpec("flamia", Recipe("nvfp4", p4_sum_quantized=True)),
+    "fp4_sumq": RunSpec("flamia", Recipe("fp4", p4_sum_quantized=True)),
 }
 
 

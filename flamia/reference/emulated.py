@@ -167,7 +167,7 @@ def emulate_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
         m_new = torch.where(mx > m + recipe.tau, torch.ceil(mx), m)
         alpha = torch.where(m_new == float("-inf"), torch.ones_like(m), torch.exp2(m - m_new))
         p = num.exp2(x - _finite(m_new)[..., None], forward=True)
-        l = l * alpha + p.sum(-1)
+        l = l * alpha + num.row_mass(p, scores, m_new, tile)
         pq = num.p_values(p, scores, m_new, r.vf[:, :, k0:k1], r.rf, tile, forward=True)
         pv_tile = _on_diagonal(lambda c: pq @ c[:, :, k0:k1], r.vc, v_diag,
                                lambda: tile.diagonal(tiles.fwd_block_m, tiles.fwd_block_n)[..., :1])

@@ -61,6 +61,11 @@ class Numerics:
             return schraudolph_exp2(x)
         return torch.exp2(x)
 
+    def row_mass(self, p, x, m, tile) -> torch.Tensor:
+        """What a key tile adds to the forward's row sum l: rowsum(p) [B, H, Lq], from the
+        fp32 probabilities before the V fold (NUMERICS.md 3, step 5)."""
+        return p.sum(-1)
+
     def p_values(self, p, x, m, vf, rf, tile, forward: bool) -> torch.Tensor:
         """P as it multiplies V's codes: round((p * vf) * rf). p: [B, H, Lq, N]; x: the scores
         [B, H, Lq, N] before the visibility mask; m, rf: [B, H, Lq]; vf: [B, H, N]; tile: the

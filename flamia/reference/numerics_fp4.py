@@ -43,17 +43,31 @@ class Nvfp4Numerics(Numerics):
         """Whether diagonal tiles take 4-bit P too (nvfp4: only in the leaking ablation)."""
         return self.recipe.p4_scale_before_mask
 
+    def p4_pairs(self, tile, forward) -> "torch.Tensor | None":
+        """Where P is 4-bit: None on every pair, else a bool mask broadcastable to the tile
+        (the diagonal tiles keep E4M3 P). The backward rebuilds the forward's choice from
+        the forward's tile geometry; the fwd_diag_block_m ablation gives the forward other
+        row tiles than the backward assumes."""
+        if self.p4_everywhere():
+            return None
+        block_m = (self.recipe.fwd_diag_block_m or tile.tiles.fwd_block_m) if forward else tile.tiles.fwd_block_m
+        return ~tile.diagonal(block_m, tile.tiles.fwd_block_n)
+
     def p_values(self, p, x, m, vf, rf, tile, forward):
         if not forward and self.recipe.fwd_p4_bwd_p8:
             return super().p_values(p, x, m, vf, rf, tile, forward)
         p4 = _fold(self.quantize_p4(p, x, m, tile, forward), vf, rf)
-        if self.p4_everywhere():
-            return p4
-        # The backward rebuilds the forward's choice from the forward's tile geometry; the
-        # fwd_diag_block_m ablation gives the forward other row tiles than the backward assumes.
-        block_m = (self.recipe.fwd_diag_block_m or tile.tiles.fwd_block_m) if forward else tile.tiles.fwd_block_m
-        diagonal = tile.diagonal(block_m, tile.tiles.fwd_block_n)
-        return torch.where(diagonal, super().p_values(p, x, m, vf, rf, tile, forward), p4)
+        pairs = self.p4_pairs(tile, forward)
+        return p4 if pairs is None else torch.where(pairs, p4, super().p_values(p, x, m, vf, rf, tile, forward))
+
+    def row_mass(self, p, x, m, tile):
+        """With ``p4_sum_quantized``, the 4-bit values (before the exact V fold) on 4-bit
+        pairs: O then divides by the sum of the weights it used."""
+        if not self.recipe.p4_sum_quantized:
+            return super().row_mass(p, x, m, tile)
+        p4 = self.quantize_p4(p, x, m, tile, forward=True)
+        pairs = self.p4_pairs(tile, forward=True)
+        return (p4 if pairs is None else torch.where(pairs, p4, p)).sum(-1)
 
     def quantize_p4(self, p, x, m, tile, forward) -> torch.Tensor:
         """4-bit P before the V fold, [B, H, Lq, N]: ``e2m1(p * 2^-eg) * 2^eg`` with
