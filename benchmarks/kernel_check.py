@@ -96,7 +96,9 @@ def graph_replay(report):
 
 
 def sass(report):
-    """QGMMA (FP8 wgmma) counts, registers and spills of the compiled attention kernels."""
+    """QGMMA (FP8 wgmma) counts, registers and spills of every compiled variant of the
+    attention kernels, keyed by name, warps, stages and cache entry (the tile sweep compiles
+    several variants under one name; keyed by name alone, the last one read won)."""
     cache = os.path.expanduser("~/.triton/cache")
     out = {}
     for cubin in glob.glob(f"{cache}/**/*.cubin", recursive=True):
@@ -108,7 +110,8 @@ def sass(report):
         if os.path.exists(jf):
             meta = json.load(open(jf))
         dump = subprocess.run(["cuobjdump", "-sass", cubin], capture_output=True, text=True).stdout
-        out[name] = {"QGMMA": dump.count("QGMMA"), "HGMMA": dump.count("HGMMA"), "HMMA": dump.count("HMMA"),
+        key = f"{name} w{meta.get('num_warps')} s{meta.get('num_stages')} {os.path.basename(os.path.dirname(cubin))[:8]}"
+        out[key] = {"QGMMA": dump.count("QGMMA"), "HGMMA": dump.count("HGMMA"), "HMMA": dump.count("HMMA"),
                      "LDL/STL": dump.count("LDL") + dump.count("STL"),
                      "regs": meta.get("n_regs"), "spills": meta.get("n_spills"),
                      "warps": meta.get("num_warps"), "stages": meta.get("num_stages")}
