@@ -11,7 +11,7 @@ import torch
 
 from flamia.data import Batch, PackedText
 from flamia.recipes import Recipe
-from flamia.train import (GPT, exact_attention, flamia_attention, learning_rate, main, make_config,
+from flamia.train import (GPT, exact_attention, flamia_attention, learning_rate, main, make_config, run_spec,
                           sdpa_attention, single_step_cos, train)
 
 TINY = dict(n_layer=2, d_model=64, n_head=1, context=64, batch_size=4, steps=6, warmup=2,
@@ -191,6 +191,16 @@ def test_an_ablation_runs_through_the_emulator(corpus, tmp_path):
     assert RECORD_KEYS <= record.keys() and record["step"] == 2
     assert abs(record["val_loss_own"] - record["val_loss_exact"]) < 0.05
     assert 0.9 < record["single_step_cos"] < 1.0
+
+
+def test_p4_sum_quantized_reaches_every_4bit_run_and_no_other():
+    """The small-sumq profile sets the option on the recipes with 4-bit P (ablations
+    included) and leaves BF16 and the E4M3 recipes as they are."""
+    for run, changed in (("nvfp4", True), ("fp4", True), ("leak", True), ("mm_diag", True),
+                         ("mxfp8", False), ("mm_exp", False), ("bf16", False)):
+        plain, summed = (run_spec(make_config(profile, run=run)).recipe for profile in ("small", "small-sumq"))
+        assert (summed is not None and summed.p4_sum_quantized) == changed, run
+        assert summed == (plain.with_(p4_sum_quantized=True) if changed else plain), run
 
 
 @pytest.mark.gpu
