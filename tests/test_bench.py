@@ -210,6 +210,10 @@ def test_dry_run_writes_reports_with_every_cell_filled(tmp_path, monkeypatch):
     text = (tmp_path / "results.md").read_text()
     assert text.count("| eq4x4k |") == 3 and "**" in text and "n/a: needs CUDA" in text
     assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The providers left out by --providers are named, not silently missing.
+    not_run = document["header"]["not_run"]
+    assert not_run == [p.label for p in registry(True) if p.key != "flamia:bf16"]
+    assert not_run and all(label in text for label in not_run)
 
 
 def test_cli_names_the_bad_argument(capsys):

@@ -1,6 +1,6 @@
 """Reports of a run, written together: results.json, results.md and results.png.
 
-JSON: {"header": {device, versions, date, command, clocks, protocol}, "records": [...]}, one
+JSON: {"header": {device, versions, date, command, clocks, protocol, not_run}, "records": [...]}, one
 record per cell: {"workload", "provider", "recipe", "mode", "ms", "tflops", "spread"} plus
 "label" (the column), and where they apply "why" (an n/a cell: ms null), "note" (e.g. why
 the call ran eagerly), "emulated" and "peak_gb" (mode "memory": peak GB of one training call).
@@ -132,6 +132,9 @@ def markdown(header: dict, records: list[Record]) -> str:
         lines.append(f"- wall time of the measurements: {header['elapsed_s']} s")
     for source in header.get("merged_from", []):
         lines.append(f"- merged from: `{source['command']}` ({source['date']})")
+    if header.get("not_run"):
+        lines.append("- not run in this report (no column below; benchmarks/README.md says how to run them): "
+                     + ", ".join(header["not_run"]))
     lines.append("")
     modes = _ordered(r.mode for r in records)
     for mode in (m for m in TIMED_MODES if m in modes):

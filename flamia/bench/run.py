@@ -195,6 +195,9 @@ def main(argv: "list[str] | None" = None) -> int:
     else:
         print("flamia bench: no CUDA device; use --dry-run for the CPU check", file=sys.stderr)
         return 2
+    # Providers of the registry with no record: named in the report, so no column is a silent gap.
+    present = {(r.provider, r.recipe) for r in records}
+    header["not_run"] = [p.label for p in registry(args.dry_run) if (p.name, p.recipe) not in present]
     if args.out:
         out = Path(args.out)
     elif args.dry_run:
