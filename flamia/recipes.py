@@ -9,6 +9,7 @@ from .formats.e4m3 import LOG2_E4M3_MAX
 from .formats.hadamard import HADAMARD_DIMS
 
 RECIPE_NAMES = ("mxfp8", "nvfp4", "fp4", "bf16")
+P4_RECIPE_NAMES = ("nvfp4", "fp4")  # the routes with 4-bit P
 
 
 @dataclass(frozen=True)
@@ -65,8 +66,13 @@ class Recipe:
             raise ValueError(f"recipe: scale_block must be 32 (token blocks) or 1 (per-token), got {self.scale_block}")
         if self.fwd_diag_block_m is not None and (self.fwd_diag_block_m <= 0 or self.fwd_diag_block_m % 32):
             raise ValueError(f"recipe: fwd_diag_block_m must be a positive multiple of 32, got {self.fwd_diag_block_m}")
-        if self.p4_sum_quantized and self.name not in ("nvfp4", "fp4"):
-            raise ValueError(f"recipe: p4_sum_quantized needs a 4-bit P route (nvfp4, fp4), got {self.name!r}")
+        if self.p4_sum_quantized and not self.has_p4:
+            raise ValueError(f"recipe: p4_sum_quantized needs a 4-bit P route {P4_RECIPE_NAMES}, got {self.name!r}")
+
+    @property
+    def has_p4(self) -> bool:
+        """Whether P is quantized to 4 bits on some tiles (nvfp4, fp4)."""
+        return self.name in P4_RECIPE_NAMES
 
     @property
     def exact(self) -> bool:

@@ -61,14 +61,13 @@ RUNS = {
     "mm_diag": RunSpec("flamia", Recipe("nvfp4", fwd_diag_block_m=256)),
     "mm_exp": RunSpec("flamia", Recipe("mxfp8", fwd_approx_exp=True)),
 }
-P4_ROUTES = ("nvfp4", "fp4")
 
 
 def run_spec(cfg: "TrainConfig") -> RunSpec:
     """The run's attention, with ``p4_sum_quantized`` set on its recipe when the config asks
     for it and the recipe has 4-bit P (every nvfp4 and fp4 run, ablations included)."""
     spec = RUNS[cfg.run]
-    if cfg.p4_sum_quantized and spec.recipe is not None and spec.recipe.name in P4_ROUTES:
+    if cfg.p4_sum_quantized and spec.recipe is not None and spec.recipe.has_p4:
         return RunSpec(spec.attn, spec.recipe.with_(p4_sum_quantized=True))
     return spec
 

@@ -23,6 +23,7 @@ import triton.language as tl
 
 from ..formats.hadamard import HADAMARD_DIMS
 from ..masks import effective_window
+from ..validation import INPUT_DTYPES
 from .configs import SUPPORTED_HEAD_DIMS, AttnTiles
 from .fp8 import E4M3_EQ, E4M3_MQ, interpreting, mma, pow2, round_e4m3, scale_exponent, to_e4m3, to_output
 from .hadamard import rotate
@@ -30,7 +31,6 @@ from .layout import T_ALIGN as _T_ALIGN
 from .layout import check_operand, transposed_extent
 
 LOG2E = math.log2(math.e)
-OUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 T_ALIGN = tl.constexpr(_T_ALIGN)  # the transposed codes' documents start at multiples of this column
 
 
@@ -357,8 +357,8 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
         raise ValueError(f"q_codes: head dim must be one of {SUPPORTED_HEAD_DIMS}, got {d}")
     if k_codes.dim() != 3 or hkv == 0 or hq % hkv:
         raise ValueError(f"k_codes: expected [Tk, Hkv, D] with Hq={hq} a multiple of Hkv, got {tuple(k_codes.shape)}")
-    if out_dtype not in OUT_DTYPES:
-        raise ValueError(f"out_dtype: must be one of {OUT_DTYPES}, got {out_dtype}")
+    if out_dtype not in INPUT_DTYPES:  # the gradients take the inputs' dtype
+        raise ValueError(f"out_dtype: must be one of {INPUT_DTYPES}, got {out_dtype}")
     if rotate and d not in HADAMARD_DIMS:
         raise ValueError(f"rotate: the Hadamard rotation needs head dim in {HADAMARD_DIMS}, got {d}")
     num_docs = cu_seqlens_q.shape[0] - 1

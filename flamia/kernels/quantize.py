@@ -22,13 +22,13 @@ import triton
 import triton.language as tl
 
 from ..formats.hadamard import HADAMARD_DIMS
+from ..validation import INPUT_DTYPES
 from .fp8 import E4M3_EQ, E4M3_MQ, interpreting, pow2, scale_exponent, to_e4m3
 from .hadamard import rotate
 from .layout import T_ALIGN, aligned_starts, transposed_extent
 
 # Tokens per program of quantize_operand: two 32-token blocks; a [64, 128] bf16 tile is 16 KiB.
 OPERAND_UNIT = 64
-INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 @dataclass(frozen=True)
