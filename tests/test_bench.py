@@ -130,6 +130,11 @@ def test_provider_rules_name_why_a_cell_is_na():
     with pytest.raises(ValueError, match="--providers"):
         select_providers(registry(), "cudnn:fp4")
     assert all(p.name == "flamia" and p.emulated for p in registry(dry_run=True))
+    # The emulated recipes are timed where the padded batch stays small and named n/a beyond.
+    nvfp4 = {p.key: p for p in registry(dry_run=True)}["flamia:nvfp4"]
+    assert nvfp4.unsupported(WORKLOADS["skew8k+32x256"], "train").startswith("emulated: timed where")
+    assert nvfp4.unsupported(WORKLOADS["logu29-64k"], "fwd").startswith("emulated: timed where")
+    assert all(nvfp4.unsupported(WORKLOADS[w], "train") is None for w in ("eq4x4k", "eq8x8k", "logu11-16k"))
 
 
 def test_per_tensor_fp8_scale_is_a_power_of_two_filling_e4m3():

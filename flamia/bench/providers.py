@@ -53,6 +53,17 @@ def head_dims_only(dims: tuple[int, ...], modes: set[str], why: str) -> Rule:
     return Rule(why, lambda w, mode: mode in modes and w.head_dim not in dims)
 
 
+# The emulator pads every document to the longest one and steps through key tiles with torch
+# ops over the whole padded batch, so its time and memory follow documents x longest^2, and
+# an emulated cell measures no kernel: the suite times it where that is at most 2^30 (eq4x4k,
+# eq8x8k, logu11-16k) and names the other workloads, so that a run stays within a device call.
+EMULATED_MAX_PADDED_PAIRS = 1 << 30
+
+
+def emulator_size(why: str) -> Rule:
+    return Rule(why, lambda w, mode: len(w.lengths) * max(w.lengths) ** 2 > EMULATED_MAX_PADDED_PAIRS)
+
+
 @dataclass(frozen=True)
 class Provider:
     """name, recipe: the record's keys. label: the table's column. build(case, mode): the
@@ -132,8 +143,10 @@ def _flamia(recipe: str, backend: str) -> Provider:
 
     emulated = backend == "reference"
     suffix = "" if not emulated else (" (emulated)" if recipe in ("mxfp8", "bf16") else " (emulated on Hopper)")
+    rules = (emulator_size("emulated: timed where documents x longest^2 <= 2^30 (the emulator pads to the longest)"),)
     return Provider("flamia", recipe, f"flamia {recipe.upper()}{suffix}", build,
                     _requires(_cuda) if backend == "triton" else _requires(),
+                    rules=rules if emulated else (),
                     eager_why="the emulator synchronises with the host" if emulated else None,
                     emulated=emulated)
 
