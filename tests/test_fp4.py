@@ -236,3 +236,19 @@ def test_p4_sum_quantized_makes_the_used_weights_sum_to_one():
     assert torch.equal(summed, torch.ones_like(summed))
     with pytest.raises(ValueError, match="^recipe: p4_sum_quantized"):
         Recipe("mxfp8", p4_sum_quantized=True)
+
+
+def test_p4_sum_quantized_row_whose_weights_all_flush_stays_finite():
+    """The leaking ablation scales 4-bit P by groups that include keys a row does not see:
+    when a future key's score dwarfs the visible ones, every weight of query 0 flushes to
+    zero and the quantized row sum is 0. O is then 0 there (not 0 / 0), and the backward
+    stays finite; this NaN ended the first leak run with p4_sum_quantized at step 34."""
+    inputs = make_packed_inputs((64,), heads_q=1, head_dim=64, seed=2)
+    k = inputs.k.clone()
+    k[1:32] = inputs.q[0:1] * 40  # keys 1-31 (query 0's group, in its future) dominate its scores
+    args = (inputs.q, k, inputs.v, inputs.cu_seqlens, inputs.cu_seqlens, inputs.max_seqlen, inputs.max_seqlen)
+    leak = Recipe("nvfp4", p4_scale_before_mask=True, p4_sum_quantized=True)
+    fwd = emulate_forward(*args, causal=True, recipe=leak)
+    assert torch.isfinite(fwd.out).all() and torch.equal(fwd.out[0].float(), torch.zeros_like(fwd.out[0].float()))
+    grads = emulate_backward(fwd, inputs.do)
+    assert all(torch.isfinite(g).all() for g in grads)

@@ -84,7 +84,12 @@ def _compiled_flex(workload_name: str):
     """torch.compile'd flex_attention for one workload at a time (its modes share it). A new
     workload starts from a fresh dynamo cache, so its recompiles never reach dynamo's limit,
     past which it would silently fall back to the slow, memory-hungry eager flex_attention."""
+    import torch._functorch.config as functorch_config
     from torch.nn.attention.flex_attention import flex_attention
 
     torch._dynamo.reset()
+    # The bwd mode replays the backward of one saved forward (retain_graph=True), which a
+    # compiled backward that donates its saved buffers refuses (measured on the H200 with
+    # torch 2.11: "compiled with non-empty donated buffers"); donation only saves memory.
+    functorch_config.donated_buffer = False
     return torch.compile(flex_attention, dynamic=False)

@@ -177,7 +177,10 @@ def emulate_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
             trace.append((k0, pq, m.clone()))
 
     valid = m > float("-inf")
-    l_safe = torch.where(valid, l, torch.ones_like(l))
+    # l > 0 on every valid row, except with p4_sum_quantized when every weight the row used
+    # flushed to zero (a group scale set by keys the row does not see: the leaking ablation):
+    # such a row's acc is 0 too, and O = 0 instead of 0 / 0.
+    l_safe = torch.where(valid & (l > 0), l, torch.ones_like(l))
     ro = torch.where(valid, exp2i(r.pv - recipe.sigma) / l_safe, torch.zeros_like(l))
     lse = torch.where(valid, (m + torch.log2(l_safe)) * LN2, torch.full_like(l, float("inf")))
     m_saved = torch.where(valid, m, torch.full_like(m, float("inf")))
