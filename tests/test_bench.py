@@ -181,6 +181,11 @@ def test_merge_keeps_measured_cells(tmp_path):
     assert header["versions"] == {"flashinfer-python": "0.7.4", "torch": "1"} and len(header["merged_from"]) == 3
     paths = report.write_report(tmp_path, header, merged)
     assert report.load(paths["json"])[1] == merged
+    # A merged report merged again lists the runs it came from, and sums their wall times.
+    timed = [({**head, "elapsed_s": 2.0}, first), ({**head, "elapsed_s": 3.5}, later)]
+    again, _ = report.merge([report.merge(timed), (head, second)])
+    assert len(again["merged_from"]) == 3 and "elapsed_s" not in again  # the last run has no time
+    assert report.merge(timed)[0]["elapsed_s"] == 5.5
 
 
 def _stub_provider() -> Provider:

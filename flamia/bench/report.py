@@ -13,6 +13,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -129,9 +130,11 @@ def markdown(header: dict, records: list[Record]) -> str:
         lines.append("- GPU at start: " + ", ".join(f"{k} {v}" for k, v in header["clocks"].items()))
     lines.append(f"- protocol: {header['protocol']}")
     if "elapsed_s" in header:
-        lines.append(f"- wall time of the measurements: {header['elapsed_s']} s")
+        lines.append(f"- wall time of the measurements: {header['elapsed_s']} s"
+                     + (" (summed over the merged runs)" if header.get("merged_from") else ""))
     for source in header.get("merged_from", []):
-        lines.append(f"- merged from: `{source['command']}` ({source['date']})")
+        took = f", {source['elapsed_s']} s" if "elapsed_s" in source else ""
+        lines.append(f"- merged from: `{source['command']}` ({source['date']}{took})")
     if header.get("not_run"):
         lines.append("- not run in this report (no column below; benchmarks/README.md says how to run them): "
                      + ", ".join(header["not_run"]))
@@ -148,7 +151,10 @@ def plot(records: list[Record], path: Path) -> None:
     """TFLOP/s per workload and provider, one panel per timed mode (peak GB for memory);
     modes without a measured cell get no panel."""
     panels = [m for m in (*TIMED_MODES, "memory") if any(r.mode == m and r.measured for r in records)]
-    figure = Figure(figsize=(14, 4 * max(1, len(panels))), layout="constrained")
+    # One colour per provider in every panel, so that a bar reads the same across modes.
+    palette = matplotlib.colormaps["tab20"]
+    colors = {label: palette(i % palette.N) for i, label in enumerate(_ordered(r.label for r in records if r.measured))}
+    figure = Figure(figsize=(16, 4 * max(1, len(panels))), layout="constrained")
     FigureCanvasAgg(figure)
     if not panels:
         figure.text(0.5, 0.5, "no measured cells", ha="center")
@@ -161,11 +167,12 @@ def plot(records: list[Record], path: Path) -> None:
         for j, label in enumerate(labels):
             xs, ys = zip(*[(workloads.index(r.workload), r.peak_gb if mode == "memory" else r.tflops)
                            for r in rows if r.label == label and r.measured])
-            axes.bar([x + (j - (len(labels) - 1) / 2) * width for x in xs], ys, width, label=label)
+            axes.bar([x + (j - (len(labels) - 1) / 2) * width for x in xs], ys, width, label=label,
+                     color=colors[label])
         axes.set_xticks(range(len(workloads)), workloads, rotation=20, fontsize=8)
         axes.set_ylabel("peak GB" if mode == "memory" else "TFLOP/s")
         axes.set_title(TITLES[mode])
-        axes.legend(fontsize=7, ncols=min(4, len(labels)))
+        axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars, never on them
     figure.savefig(path, dpi=110)
 
 
@@ -185,13 +192,23 @@ def load(path: Path) -> tuple[dict, list[Record]]:
     return document["header"], [Record.from_json(r) for r in document["records"]]
 
 
+def _source(header: dict) -> dict:
+    """What a merged report keeps of one run's header."""
+    keys = ("command", "date", "device", "elapsed_s")
+    return {k: header[k] for k in keys if k in header}
+
+
 def merge(documents: list[tuple[dict, list[Record]]]) -> tuple[dict, list[Record]]:
     """Several runs (e.g. one per peer bundle) -> one. A measured cell replaces an n/a one;
     between two measured cells the later document wins. The header is the first one's, with
-    every document's versions added and each run listed under "merged_from"."""
+    every document's versions added and each measured run listed under "merged_from" (a
+    merged document contributes its own list), with its wall time where recorded; the
+    header's wall time is their sum when every run has one."""
     header = json.loads(json.dumps(documents[0][0]))
-    header["merged_from"] = [{"command": h["command"], "date": h["date"], "device": h["device"]}
-                             for h, _ in documents]
+    header["merged_from"] = [source for h, _ in documents for source in h.get("merged_from") or [_source(h)]]
+    header.pop("elapsed_s", None)
+    if all("elapsed_s" in source for source in header["merged_from"]):
+        header["elapsed_s"] = round(sum(source["elapsed_s"] for source in header["merged_from"]), 1)
     merged: dict[tuple, Record] = {}
     for head, records in documents:
         for name, version in head["versions"].items():
