@@ -541,6 +541,7 @@ def parse_args(argv: list[str] | None) -> tuple[TrainConfig, argparse.Namespace]
     p = argparse.ArgumentParser(prog="python -m flamia.train", description=__doc__.split("\n\n")[0])
     p.add_argument("--resume", action="store_true", help="continue from <ckpt_dir>/<run>.pt if it exists")
     p.add_argument("--report", action="store_true", help="write the results table and curves, then exit")
+    p.add_argument("--baseline", metavar="DIR:RUN,RUN", help="with --report: also these runs of another results folder")
     p.add_argument("--profile", choices=sorted(PROFILES), default="smoke",
                    help="the settings the flags below change")
     hints = typing.get_type_hints(TrainConfig)
@@ -564,8 +565,9 @@ def main(argv: list[str] | None = None) -> None:
     t_start = time.monotonic()
     cfg, args = parse_args(argv)
     if args.report:
-        from flamia.train_report import write_report
-        for path in write_report(Path(cfg.results_dir)):
+        from flamia.train_report import load_baseline, write_report
+        baseline = load_baseline(args.baseline) if args.baseline else None
+        for path in write_report(Path(cfg.results_dir), baseline):
             print(path)
         return
     train(cfg, resume=args.resume, t_start=t_start)

@@ -1,8 +1,10 @@
 """Results of the training experiment: a markdown table and curves from <run>.json files.
 
-    python -m flamia.train --report [--results-dir experiments/results]
+    python -m flamia.train --report [--results-dir experiments/results] [--baseline DIR:RUN,RUN]
 
-Writes, next to the JSON files: results.md (one row per run, its last evaluation),
+``--baseline`` adds runs of another results folder to the table and curves, named
+"run (its profile)", so that a profile that changes some runs is read against the unchanged
+ones (e.g. small-sumq against small's bf16). Writes, next to the JSON files: results.md (one row per run, its last evaluation),
 loss_curves.png (validation loss through the run's own attention, solid, and through exact
 attention, dashed), grad_norm.png and single_step_cos.png (against the training step).
 """
@@ -25,6 +27,21 @@ def load_results(results_dir: Path) -> list[dict]:
     """Every <run>.json under ``results_dir`` with at least one record, sorted by run name."""
     docs = [json.loads(p.read_text()) for p in sorted(results_dir.glob("*.json"))]
     return [d for d in docs if d.get("records")]
+
+
+def load_baseline(spec: str) -> list[dict]:
+    """"DIR:RUN,RUN" -> those runs' documents, each renamed "run (profile)"."""
+    folder, _, names = spec.rpartition(":")
+    if not folder or not names:
+        raise ValueError(f"--baseline: expected DIR:RUN[,RUN...], got {spec!r}")
+    docs = []
+    for name in names.split(","):
+        path = Path(folder) / f"{name}.json"
+        if not path.exists():
+            raise FileNotFoundError(f"--baseline: no {path}")
+        doc = json.loads(path.read_text())
+        docs.append({**doc, "run": f"{doc['run']} ({doc['config']['profile']})"})
+    return docs
 
 
 def _attention_label(doc: dict) -> str:
@@ -89,9 +106,10 @@ def plot_metric(docs: list[dict], keys: tuple[str, ...], ylabel: str, path: Path
     return path
 
 
-def write_report(results_dir: Path) -> list[Path]:
-    """Table and curves of every run under ``results_dir``; returns the files written."""
-    docs = load_results(results_dir)
+def write_report(results_dir: Path, baseline: "list[dict] | None" = None) -> list[Path]:
+    """Table and curves of every run under ``results_dir`` (after the ``baseline`` runs of
+    ``load_baseline``); returns the files written."""
+    docs = (baseline or []) + load_results(results_dir)
     if not docs:
         raise FileNotFoundError(f"--results-dir: no <run>.json with records under {results_dir}")
     table = results_dir / "results.md"

@@ -119,6 +119,17 @@ def test_report_table_and_curves(full_run, capsys):
     assert all(p.read_bytes()[:4] == b"\x89PNG" for p in paths[1:])
 
 
+def test_report_with_baseline_runs_of_another_folder(full_run, tmp_path, capsys):
+    cfg, _ = full_run
+    other = tmp_path / "other"
+    other.mkdir()
+    main(["--report", "--results-dir", str(other), "--baseline", f"{cfg.results_dir}:bf16"])
+    table = Path(capsys.readouterr().out.split()[0]).read_text()
+    assert f"| bf16 ({cfg.profile}) | SDPA bf16 | 6 |" in table
+    with pytest.raises(FileNotFoundError, match="--baseline: no"):
+        main(["--report", "--results-dir", str(other), "--baseline", f"{cfg.results_dir}:nope"])
+
+
 def test_learning_rate_warmup_then_cosine():
     cfg = make_config("smoke", steps=100, warmup=10, lr=1.0, min_lr_ratio=0.1)
     lrs = [learning_rate(cfg, s) for s in range(100)]
