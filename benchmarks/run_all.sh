@@ -23,7 +23,7 @@ cells=(--workloads "${WORKLOADS:-causal}" --modes "${MODES:-train,fwd,bwd,memory
 start=$(date +%s)
 # flamia MXFP8 runs in every set, so each row's paired rounds include it; the torch set also
 # times the emulated recipes (n/a on the workloads whose padded batch is too large for them).
-benchmarks/run_h200.sh torch "${cells[@]}" --providers flamia,fa2,sdpa-nested
+benchmarks/run_h200.sh torch "${cells[@]}" --providers flamia,fa2,sdpa-nested,sage1
 benchmarks/run_h200.sh flex "${cells[@]}"
 benchmarks/run_h200.sh "$bundles/flashinfer074_cudnnfe_py312.tar.xz" "${cells[@]}"
 benchmarks/run_h200.sh "$bundles/fa4_cutlass_cu13_py312.tar.xz" "${cells[@]}"

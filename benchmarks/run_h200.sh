@@ -5,7 +5,7 @@
 #   benchmarks/run_h200.sh merge A/results.json B/results.json [--out DIR]
 #
 # SET is one of
-#   torch                 flamia MXFP8, FA2 varlen (aten), SDPA on nested tensors
+#   torch                 flamia MXFP8, FA2 varlen (aten), SDPA on nested tensors, SageAttention 1 (if installed)
 #   flex                  flamia MXFP8, FlexAttention (compiles per workload: the slow one)
 #   PATH/flashinfer074_cudnnfe_py312.tar.xz   flamia MXFP8, cuDNN BF16 + FP8, FlashInfer BF16 + FP8
 #   PATH/fa4_cutlass_cu13_py312.tar.xz        flamia MXFP8, FlashAttention-4 BF16
@@ -42,7 +42,7 @@ if [[ "$set_name" == merge ]]; then
 fi
 
 case "$(basename "$set_name")" in
-    torch) tag=torch; providers=flamia:mxfp8,fa2,sdpa-nested ;;
+    torch) tag=torch; providers=flamia:mxfp8,fa2,sdpa-nested,sage1 ;;
     flex) tag=flex; providers=flamia:mxfp8,flex ;;
     flashinfer074_cudnnfe_py312.tar.xz) tag=cudnn-flashinfer; providers=flamia:mxfp8,cudnn,flashinfer ;;
     fa4_cutlass_cu13_py312.tar.xz) tag=fa4; providers=flamia:mxfp8,fa4 ;;

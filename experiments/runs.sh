@@ -9,8 +9,10 @@
 #   GPUS     the GPU indices to use, e.g. "0" or "0 1" (default: all that nvidia-smi lists)
 #   PER_GPU  runs at a time on each GPU (default 1: two at a time on a 2-GPU machine); each of
 #            the workers takes the next unclaimed run, worker w on the (w mod #GPUS)-th GPU.
-#            Emulated runs of the small profile held 17-27 GB each on an H200 (2026-11-29):
-#            nine on one GPU ran out of memory, three per GPU did not
+#            Emulated runs of the small profile held 17-27 GB each early on an H200, and
+#            up to 66-73 GB each later in a run (2026-11-29): nine, four and, late, two
+#            on one GPU ran out of memory; a failed run resumes from its last checkpoint
+#            in the next call, so PER_GPU=1 for emulated runs that must finish in one
 #   DATA     the corpus (default data/english-text.txt.xz, else data/english-text.txt)
 #   EXTRA    more flags for every run, e.g. "--steps 300 --eval-interval 50"
 #   PYTHON   the interpreter (default python3)
