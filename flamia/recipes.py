@@ -37,7 +37,8 @@ class Recipe:
     Experiment (4-bit P routes, emulator only):
     p4_sum_quantized: the row sum l adds the 4-bit P values (before the V fold) instead of p
         on 4-bit tiles, so the weights O uses sum to one and the backward's dS sums to zero
-        per row (experiments/README.md: the small profile's 4-bit runs diverged).
+        per row (experiments/README.md: plain nvfp4 diverged in the small profile, nvfp4
+        with this option trained like BF16; fp4 diverged either way).
     """
 
     name: str = "mxfp8"
