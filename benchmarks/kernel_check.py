@@ -170,7 +170,8 @@ def speed(report, names):
 # spills at 4 warps; 8 warps halve each thread's share of the [128, 128] tiles).
 TUNE = [dict(), dict(fwd_warps=8), dict(fwd_warps=8, fwd_block_n=64), dict(fwd_block_n=64),
         dict(fwd_block_m=64), dict(fwd_warps=8, fwd_stages=2), dict(fwd_stages=4),
-        dict(bwd_block_m=64), dict(bwd_warps=4), dict(dq_block_n=128), dict(bwd_stages=3)]
+        dict(bwd_block_m=64), dict(bwd_warps=4), dict(dq_block_n=128), dict(bwd_stages=3),
+        dict(dq_block_n=128, dq_atomic=True), dict(dq_block_n=128, dq_atomic=True, bwd_block_m=64)]
 
 
 def tune(report, name="eq8x8k"):

@@ -3,6 +3,8 @@
 dOt^ and their transposes, delta, m, ro, PV) so that only the two backward kernels are under
 test: dQ, dK and dV within fp32 summation-order noise. Without CUDA the kernels run on
 Triton's CPU interpreter, with small tiles (the emulator gets the same tiles)."""
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -20,9 +22,9 @@ U = 2.0**-24  # fp32 unit roundoff
 GRAD_TOL = 16 * U
 
 
-def tiles(bwd_m: int, bwd_n: int, dq_m: int, dq_n: int) -> AttnTiles:
+def tiles(bwd_m: int, bwd_n: int, dq_m: int, dq_n: int, dq_atomic: bool = False) -> AttnTiles:
     return AttnTiles(fwd_block_m=32, fwd_block_n=32, bwd_block_m=bwd_m, bwd_block_n=bwd_n, dq_block_m=dq_m,
-                     dq_block_n=dq_n)
+                     dq_block_n=dq_n, dq_atomic=dq_atomic)
 
 
 def cu_seqlens(lengths) -> torch.Tensor:
@@ -96,6 +98,28 @@ def test_backward_matches_emulator(name):
     assert max(errs) <= GRAD_TOL, f"dq, dk, dv relative errors {errs} (noise bound {GRAD_TOL:.3g})"
 
 
+@pytest.mark.parametrize("name", ["causal-gqa-d64", "full-d128", "two-sided-window-gqa", "causal-lq-ne-lk"])
+def test_backward_dq_atomic_matches_emulator(name):
+    """dQ from the dK/dV kernel's tiles through fp32 atomics (AttnTiles.dq_atomic): the same
+    payloads as the dQ kernel with a key step of bwd_block_n, so the same bound holds; the
+    dQ kernel is not launched, and dK, dV do not change."""
+    lens_q, lens_k, heads, d, causal, window, (bwd_m, bwd_n, dq_m, _) = CASES[name]
+    t = tiles(bwd_m, bwd_n, dq_m, bwd_n, dq_atomic=True)
+    got, want = run_both(lens_q, lens_k or lens_q, heads, d, causal, window, t, seed=len(name))
+    zero_rows = (want[0] == 0).all(-1)
+    assert want[0].abs().max() > 0 and not got[0][zero_rows].any()
+    errs = relative_errors(got, want)
+    assert max(errs) <= GRAD_TOL, f"dq, dk, dv relative errors {errs} (noise bound {GRAD_TOL:.3g})"
+    plain, _ = run_both(lens_q, lens_k or lens_q, heads, d, causal, window, replace(t, dq_atomic=False),
+                        seed=len(name))
+    assert torch.equal(got[1], plain[1]) and torch.equal(got[2], plain[2])
+
+
+def test_dq_atomic_needs_the_key_tile_as_dq_step():
+    with pytest.raises(ValueError, match="^dq_atomic: .* dq_block_n \\(64\\) must equal bwd_block_n \\(128\\)"):
+        AttnTiles(dq_atomic=True)
+
+
 def test_backward_default_tiles():
     """The shipped tiles (64 x 128 dK/dV, 128 x 64 dQ) at D=128 with the Hadamard rotation."""
     got, want = run_both((111, 1, 0, 63), (111, 1, 0, 63), (2, 1), 128, True, (-1, -1), AttnTiles(), seed=3)
@@ -137,27 +161,32 @@ def test_backward_names_bad_argument():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_backward_matches_emulator_gpu():
-    """4 documents x 4096 tokens, 16 heads, D=128, causal, the shipped tiles. On the GPU exp2 is
-    approximate and the FP8 MMAs may accumulate with reduced precision, which may flip a few
-    E4M3 codes of P and G, so the bound is on the relative norm of the difference; a masking
-    or indexing error moves it by orders of magnitude more. Also: two runs agree bit for bit
-    (no atomics), and a CUDA-graph replay reproduces them (no host synchronisation)."""
+@pytest.mark.parametrize("tile_cfg", [AttnTiles(), AttnTiles(dq_block_n=128, dq_atomic=True)],
+                         ids=["shipped", "dq-atomic"])
+def test_backward_matches_emulator_gpu(tile_cfg):
+    """4 documents x 4096 tokens, 16 heads, D=128, causal: the shipped tiles, and dQ through
+    atomics. On the GPU exp2 is approximate and the FP8 MMAs may accumulate with reduced
+    precision, which may flip a few E4M3 codes of P and G, so the bound is on the relative
+    norm of the difference; a masking or indexing error moves it by orders of magnitude
+    more. Also: two runs agree bit for bit (with atomics: dK and dV; dQ to fp32 summation
+    order), and a CUDA-graph replay reproduces them (no host synchronisation)."""
     lens = (4096,) * 4
     g = torch.Generator().manual_seed(0)
     q, k, v, do = (torch.randn(sum(lens), 16, 128, generator=g).to(DEVICE, torch.bfloat16) for _ in range(4))
     cu = cu_seqlens(lens)
     fwd = emulate_forward(q, k, v, cu, cu, 4096, 4096, causal=True, softmax_scale=128**-0.5, recipe="mxfp8",
-                          tiles=AttnTiles())
+                          tiles=tile_cfg)
     want = emulate_backward(fwd, do)
     args, kwargs = kernel_inputs(fwd, do)
     raw = attention_backward(*args, **kwargs)
     errs = [((a - b).norm() / b.norm()).item() for a, b in zip(raw, want)]
     print(f"gpu bwd vs emulator, relative norm error: dq {errs[0]:.3g}, dk {errs[1]:.3g}, dv {errs[2]:.3g}")
     assert max(errs) <= 1e-2
-    assert all(torch.equal(a, b) for a, b in zip(attention_backward(*args, **kwargs), raw)), "two runs differ"
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         captured = attention_backward(*args, **kwargs)
     graph.replay()
-    assert all(torch.equal(a, b) for a, b in zip(captured, raw)), "CUDA-graph replay differs"
+    for again, what in ((attention_backward(*args, **kwargs), "two runs"), (captured, "CUDA-graph replay")):
+        assert torch.equal(again[1], raw[1]) and torch.equal(again[2], raw[2]), f"{what}: dK or dV differ"
+        dq_err = ((again[0] - raw[0]).norm() / raw[0].norm()).item()
+        assert dq_err <= (1e-6 if tile_cfg.dq_atomic else 0.0), f"{what}: dQ differs ({dq_err:.3g})"

@@ -2,7 +2,8 @@
 
 Both kernels recompute, for every (query, key) pair, the forward's scores and P codes relative
 to the saved final row max, then the gradient payload G, in the order NUMERICS.md fixes; only
-fp32 summation order differs from ``flamia/reference/emulated.py``. Neither uses atomics:
+fp32 summation order differs from ``flamia/reference/emulated.py``. By default neither uses
+atomics (``AttnTiles.dq_atomic`` moves dQ into the dK/dV kernel, see ``_dq_atomic_add``):
 - dK/dV: a program per (key tile of ``bwd_block_n`` keys, document, KV head) loops over the
   query heads of its GQA group and the query steps of ``bwd_block_m`` rows that see the tile.
   Its tiles are [keys, queries] (S^T = K^ Q^T), so P^T and G^T, the A operands of
@@ -174,14 +175,32 @@ def _doc_bounds(p_cu, p_cu_t, doc):
 
 
 @triton.jit
-def _dkdv_step(acc_dk, acc_dv, b_k, b_v, key, o_k, i0, p_rows, p_cols, p_vecs, p_dote, geo, span_q, heads_q,
-               heads_kv, tq_t, s2, SIGMA: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
-               MASK: tl.constexpr, INTERPRET: tl.constexpr):
+def _dq_atomic_add(p_dqa, b_gt, b_kt, o_i, m_i, heads_q, D: tl.constexpr, INTERPRET: tl.constexpr):
+    """dQ's share of one (key tile, query step) pair, added to the fp32 accumulator with
+    atomics: the dQ payload of the dQ kernel's ``_row_scaled_mma`` (one exponent per query
+    over the key tile), computed as dQ^T = K^T G^T so that the MMA's M is D, not the query
+    step. G^T is transposed in fp32 first, so its fp8 codes reach the MMA as a K-major
+    operand without an fp8 transpose. b_gt: [BN, BM] fp32; b_kt: [D, BN] K^T codes; p_dqa:
+    fp32 [Tq, Hq, D] at the document's first row and the query head."""
+    b_g = tl.trans(b_gt)  # [BM, BN]
+    e = scale_exponent(tl.max(tl.abs(b_g), axis=1), E4M3_EQ, E4M3_MQ)  # [BM]
+    b_gc = to_e4m3(b_g * pow2(-e)[:, None], INTERPRET)  # [BM, BN]
+    b_zero = tl.zeros([D, b_g.shape[0]], dtype=tl.float32)
+    b_dqt = mma(b_kt, tl.trans(b_gc), b_zero, INTERPRET) * pow2(e)[None, :]  # [D, BM]
+    o_dq = o_i.to(tl.int64)[None, :] * (heads_q * D) + tl.arange(0, D)[:, None]  # [D, BM]
+    tl.atomic_add(p_dqa + o_dq, b_dqt, mask=m_i[None, :], sem="relaxed")
+
+
+@triton.jit
+def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_vecs, p_dote, p_dqa, geo, span_q,
+               heads_q, heads_kv, tq_t, s2, SIGMA: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
+               MASK: tl.constexpr, DQ_ATOMIC: tl.constexpr, INTERPRET: tl.constexpr):
     """One query step [i0, i0 + BM) of a key tile: adds its dK and dV payloads to acc_dk,
-    acc_dv [BN, D]. b_k, b_v: [BN, D] codes; key: ``_key_factors``; o_k: [BN] key positions;
-    p_rows = (Q^, dO^) row-major and p_cols = (Q^T, dOt^T) transposed (row stride tq_t), p_vecs
-    as ``_query_factors`` and p_dote (dot_exps): all at the document's first row (column) and
-    the head; span_q: the document's transposed span (``_doc_bounds``)."""
+    acc_dv [BN, D], and with DQ_ATOMIC its dQ payload to p_dqa (``_dq_atomic_add``; b_kt
+    [D, BN] K^T codes). b_k, b_v: [BN, D] codes; key: ``_key_factors``; o_k: [BN] key
+    positions; p_rows = (Q^, dO^) row-major and p_cols = (Q^T, dOt^T) transposed (row stride
+    tq_t), p_vecs as ``_query_factors``, p_dote (dot_exps) and p_dqa: all at the document's
+    first row (column) and the head; span_q: the document's transposed span (``_doc_bounds``)."""
     p_q, p_do = p_rows
     p_qt, p_dott = p_cols
     o_i = i0 + tl.arange(0, BM)  # [BM] query positions
@@ -200,21 +219,25 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, key, o_k, i0, p_rows, p_cols, p_vecs, p
     b_dv = mma(b_pct, tl.trans(b_dott), tl.zeros_like(acc_dv), INTERPRET)  # [BN, D]
     acc_dv += b_dv * pow2(e_dot)
     acc_dk += _row_scaled_mma(b_gt, tl.trans(b_qt), INTERPRET)
+    if DQ_ATOMIC:
+        _dq_atomic_add(p_dqa, b_gt, b_kt, o_i, m_i, heads_q, D, INTERPRET)
     return acc_dk, acc_dv
 
 
 @triton.jit
-def _dkdv_kernel(p_q, p_qt, p_qe, p_k, p_ke, p_v, p_ve, p_do, p_doe, p_dott, p_dote, p_delta, p_m, p_ro, p_pv,
-                 p_cu_q, p_cu_k, p_cu_qt, p_cu_kt, p_dk, p_dv, s2, scale, inv_sqrt_d, wl, wr, total_q, heads_q,
-                 tq_t, GROUP: tl.constexpr, SIGMA: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
-                 BN: tl.constexpr, ROTATE_STAGES: tl.constexpr, INTERPRET: tl.constexpr):
+def _dkdv_kernel(p_q, p_qt, p_qe, p_k, p_kt, p_ke, p_v, p_ve, p_do, p_doe, p_dott, p_dote, p_delta, p_m, p_ro,
+                 p_pv, p_cu_q, p_cu_k, p_cu_qt, p_cu_kt, p_dk, p_dv, p_dqa, s2, scale, inv_sqrt_d, wl, wr, total_q,
+                 heads_q, tq_t, tk_t, GROUP: tl.constexpr, SIGMA: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
+                 BN: tl.constexpr, ROTATE_STAGES: tl.constexpr, DQ_ATOMIC: tl.constexpr, INTERPRET: tl.constexpr):
     """Program (key tile, document, KV head): dK and dV [BN, D] of the tile, summed over the
     query heads of its GQA group, stored in p_dk's dtype (dK rotated back when
-    ROTATE_STAGES > 0). Tile 0 goes first: under a causal mask it sees the most queries."""
+    ROTATE_STAGES > 0); with DQ_ATOMIC, also the tile's dQ payloads, added to the fp32
+    accumulator p_dqa [Tq, Hq, D] (p_kt, tk_t: K^T codes; unused otherwise). Tile 0 goes
+    first: under a causal mask it sees the most queries."""
     doc, h_k = tl.program_id(1), tl.program_id(2).to(tl.int64)
     heads_kv = heads_q // GROUP
     q_start, len_q, q_start_t, span_q = _doc_bounds(p_cu_q, p_cu_qt, doc)
-    k_start, len_k, _, _ = _doc_bounds(p_cu_k, p_cu_kt, doc)
+    k_start, len_k, k_start_t, span_k = _doc_bounds(p_cu_k, p_cu_kt, doc)
     k0 = tl.program_id(0) * BN
     if k0 >= len_k:
         return
@@ -228,6 +251,9 @@ def _dkdv_kernel(p_q, p_qt, p_qe, p_k, p_ke, p_v, p_ve, p_do, p_doe, p_dott, p_d
     e_k = tl.load(p_ke + o_ke, mask=m_k, other=0).to(tl.int32)
     e_v = tl.load(p_ve + o_ke, mask=m_k, other=0).to(tl.int32)
     key = _key_factors(e_k, e_v)
+    b_kt = b_k  # a placeholder the steps ignore unless DQ_ATOMIC
+    if DQ_ATOMIC:
+        b_kt = _load_cols(p_kt + h_k * D * tk_t + k_start_t, o_k, span_k, tk_t, D, True)  # [D, BN]
     # Key k is seen by the queries i with k - off - wr <= i <= k - off + wl.
     lo, hi, full_lo, full_hi = _step_range(k0, len_k, len_q, len_q - len_k, wr, wl, BN, BM)
     acc_dk = tl.zeros([BN, D], dtype=tl.float32)
@@ -242,15 +268,16 @@ def _dkdv_kernel(p_q, p_qt, p_qe, p_k, p_ke, p_v, p_ve, p_do, p_doe, p_dott, p_d
         p_cols = (p_qt + o_qt, p_dott + o_qt)
         p_vecs = (p_qe + o_qe, p_doe + o_qe, p_pv + q_start * heads_kv + h_k, p_m + o_qs, p_ro + o_qs,
                   p_delta + o_qs)
+        p_dqa_h = p_dqa + o_qd
         for j in range(full_lo, full_hi):
-            acc_dk, acc_dv = _dkdv_step(acc_dk, acc_dv, b_k, b_v, key, o_k, j * BM, p_rows, p_cols, p_vecs,
-                                        p_dote + o_qe, geo, span_q, heads_q, heads_kv, tq_t, s2, SIGMA, D, BM, False,
-                                        INTERPRET)
+            acc_dk, acc_dv = _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, j * BM, p_rows, p_cols, p_vecs,
+                                        p_dote + o_qe, p_dqa_h, geo, span_q, heads_q, heads_kv, tq_t, s2, SIGMA, D, BM,
+                                        False, DQ_ATOMIC, INTERPRET)
         for t in range(0, (full_lo - lo) + (hi - full_hi)):
             i0 = _masked_step(t, lo, full_lo, full_hi) * BM
-            acc_dk, acc_dv = _dkdv_step(acc_dk, acc_dv, b_k, b_v, key, o_k, i0, p_rows, p_cols, p_vecs,
-                                        p_dote + o_qe, geo, span_q, heads_q, heads_kv, tq_t, s2, SIGMA, D, BM, True,
-                                        INTERPRET)
+            acc_dk, acc_dv = _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_vecs,
+                                        p_dote + o_qe, p_dqa_h, geo, span_q, heads_q, heads_kv, tq_t, s2, SIGMA, D, BM,
+                                        True, DQ_ATOMIC, INTERPRET)
     o_out = o_kv + o_k.to(tl.int64)[:, None] * (heads_kv * D) + tl.arange(0, D)[None, :]  # [BN, D]
     b_dk = rotate(acc_dk * (scale * pow2(-e_k))[:, None], inv_sqrt_d, ROTATE_STAGES)  # [BN, D]
     tl.store(p_dk + o_out, to_output(b_dk, p_dk.dtype.element_ty, INTERPRET), mask=m_k[:, None])
@@ -323,10 +350,32 @@ def _dq_kernel(p_q, p_qe, p_k, p_kt, p_ke, p_v, p_ve, p_do, p_doe, p_delta, p_m,
         k0 = _masked_step(t, lo, full_lo, full_hi) * BN
         acc = _dq_step(acc, b_q, b_do, qry, o_i, k0, p_rows, p_kt_doc, p_kvecs, geo, span_k, heads_kv, tk_t, D, BN,
                        True, INTERPRET)
-    e_q = tl.load(p_qe + o_qe + o_i.to(tl.int64) * heads_q, mask=m_i, other=0).to(tl.int32)
-    o_out = o_qd + o_i.to(tl.int64)[:, None] * (heads_q * D) + tl.arange(0, D)[None, :]  # [BM, D]
+    _store_dq(p_dq, p_qe, acc, q_start + o_i, m_i, h_q, heads_q, scale, inv_sqrt_d, D, ROTATE_STAGES, INTERPRET)
+
+
+@triton.jit
+def _store_dq(p_dq, p_qe, acc, rows, m_r, h_q, heads_q, scale, inv_sqrt_d, D: tl.constexpr,
+              ROTATE_STAGES: tl.constexpr, INTERPRET: tl.constexpr):
+    """dQ of packed rows ``rows`` [BM] (int64, masked by m_r) of query head h_q from its fp32
+    sum of payloads acc [BM, D]: times the softmax scale and 2^-eQ, rotated back when
+    ROTATE_STAGES > 0, stored in p_dq's dtype ([Tq, Hq, D])."""
+    e_q = tl.load(p_qe + rows * heads_q + h_q, mask=m_r, other=0).to(tl.int32)
+    o_out = (rows * heads_q + h_q)[:, None] * D + tl.arange(0, D)[None, :]  # [BM, D]
     b_dq = rotate(acc * (scale * pow2(-e_q))[:, None], inv_sqrt_d, ROTATE_STAGES)  # [BM, D]
-    tl.store(p_dq + o_out, to_output(b_dq, p_dq.dtype.element_ty, INTERPRET), mask=m_i[:, None])
+    tl.store(p_dq + o_out, to_output(b_dq, p_dq.dtype.element_ty, INTERPRET), mask=m_r[:, None])
+
+
+@triton.jit
+def _dq_finish_kernel(p_dqa, p_qe, p_dq, scale, inv_sqrt_d, total_q, heads_q, D: tl.constexpr, BM: tl.constexpr,
+                      ROTATE_STAGES: tl.constexpr, INTERPRET: tl.constexpr):
+    """Program (block of BM packed rows, query head): dQ from the atomics' fp32 sums p_dqa
+    [Tq, Hq, D] (``AttnTiles.dq_atomic``), as the dQ kernel's epilogue stores it."""
+    h_q = tl.program_id(1).to(tl.int64)
+    rows = tl.program_id(0).to(tl.int64) * BM + tl.arange(0, BM)  # [BM]
+    m_r = rows < total_q
+    o_acc = (rows * heads_q + h_q)[:, None] * D + tl.arange(0, D)[None, :]  # [BM, D]
+    acc = tl.load(p_dqa + o_acc, mask=m_r[:, None], other=0.0)
+    _store_dq(p_dq, p_qe, acc, rows, m_r, h_q, heads_q, scale, inv_sqrt_d, D, ROTATE_STAGES, INTERPRET)
 
 
 def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v_codes, v_exps, do_codes, do_exps,
@@ -390,10 +439,19 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
                 total_q=tq, heads_q=hq, GROUP=hq // hkv, SIGMA=sigma, D=d,
                 ROTATE_STAGES=d.bit_length() - 1 if rotate else 0, INTERPRET=interpreting(),
                 num_warps=tiles.bwd_warps, num_stages=tiles.bwd_stages)
+    # dq_atomic: the dK/dV kernel adds every dQ payload into an fp32 [Tq, Hq, D] buffer
+    # (zeroed here, inside the captured call), which one more pass scales and stores.
+    dq_sums = torch.zeros((tq, hq, d), dtype=torch.float32, device=dev) if tiles.dq_atomic else dq
     grid = (triton.cdiv(max_seqlen_k, tiles.bwd_block_n), num_docs, hkv)
-    _dkdv_kernel[grid](q_codes, q_codes_t, q_exps, k_codes, k_exps, v_codes, v_exps, do_codes, do_exps, dot_codes_t,
-                       dot_exps, delta, m, ro, pv, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, dk, dv,
-                       tq_t=tq_t, BM=tiles.bwd_block_m, BN=tiles.bwd_block_n, **args)
+    _dkdv_kernel[grid](q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v_codes, v_exps, do_codes, do_exps,
+                       dot_codes_t, dot_exps, delta, m, ro, pv, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t,
+                       cu_seqlens_k_t, dk, dv, dq_sums, tq_t=tq_t, tk_t=tk_t, BM=tiles.bwd_block_m,
+                       BN=tiles.bwd_block_n, DQ_ATOMIC=tiles.dq_atomic, **args)
+    if tiles.dq_atomic:
+        grid = (triton.cdiv(tq, tiles.dq_block_m), hq)
+        _dq_finish_kernel[grid](dq_sums, q_exps, dq, softmax_scale, 1.0 / math.sqrt(d), tq, hq, D=d,
+                                BM=tiles.dq_block_m, ROTATE_STAGES=args["ROTATE_STAGES"], INTERPRET=args["INTERPRET"])
+        return dq, dk, dv
     grid = (triton.cdiv(max_seqlen_q, tiles.dq_block_m), num_docs, hq)
     _dq_kernel[grid](q_codes, q_exps, k_codes, k_codes_t, k_exps, v_codes, v_exps, do_codes, do_exps, delta, m, ro,
                      pv, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, dq, tk_t=tk_t, BM=tiles.dq_block_m,

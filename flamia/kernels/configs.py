@@ -34,6 +34,16 @@ class AttnTiles:
     fwd_stages: int = 3
     bwd_warps: int = 8
     bwd_stages: int = 3
+    # dQ from the dK/dV kernel's tiles, added with fp32 atomics (5 MMAs per pair instead of
+    # 7, no dQ kernel; dQ's summation order then varies from run to run). Not measured yet:
+    # kernel_check.py's TUNE times it. The dQ payload's scale spans the key tile, hence
+    # dq_block_n == bwd_block_n.
+    dq_atomic: bool = False
+
+    def __post_init__(self):
+        if self.dq_atomic and self.dq_block_n != self.bwd_block_n:
+            raise ValueError(f"dq_atomic: the dQ payload's key step is the dK/dV key tile, so dq_block_n "
+                             f"({self.dq_block_n}) must equal bwd_block_n ({self.bwd_block_n})")
 
 
 TILES = {64: AttnTiles(), 128: AttnTiles()}
