@@ -16,7 +16,7 @@ import torch
 
 from . import demo
 from .accuracy import DEFAULT_LENGTHS, measure
-from .bench.peer_attention import PeerUnavailable, peer_attention, select_peers
+from .bench.peer_attention import PEERS, PeerUnavailable, peer_attention, select_peers
 from .bench.timing import error_reason
 from .probe import DEFAULT_CUTS, PROBE_LENGTHS, probe
 from .recipes import RECIPES, resolve_recipe
@@ -64,8 +64,8 @@ def _common(parser: argparse.ArgumentParser, lengths, heads: int) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default=None, help="default: cuda when present, else cpu")
     parser.add_argument("--peers", type=_peer_keys, default=(),
-                        help="also run peer libraries on the same inputs: 'all' or comma-separated among "
-                             "fa2, cudnn, cudnn:bf16, cudnn:fp8, fa4 (GPU; n/a rows otherwise)")
+                        help="also run peer libraries on the same inputs: 'all' or comma-separated keys "
+                             f"({', '.join(PEERS)}) or names (GPU; n/a rows otherwise)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,8 +7,9 @@ the accuracy report prints them n/a. The two-stage autograd glue of the aten and
 peers runs on fake stages; the peers' keys, lse layouts and the CLI's ``--peers`` (n/a
 rows here) are checked.
 
-GPU (``-m gpu``, each peer skipped where its module is missing): FA2 and cuDNN BF16 (and
-FA4) against exact attention; cuDNN FP8 leaks in the probe, forward only on the probe's
+GPU (``-m gpu``, each peer skipped where its module is missing): FA2, FlexAttention, cuDNN
+BF16 and FA4 against exact attention; FlashInfer BF16 (forward) too, and its per-tensor FP8
+leaks in the probe; cuDNN FP8 leaks in the probe, forward only on the probe's
 ragged documents and with gradients on dense equal lengths, with its output scales fixed
 by the first call.
 """
@@ -159,7 +160,8 @@ def test_cli_peers_all_prints_na_rows_on_cpu_inputs(capsys, command, na_row):
 
 # ---------------------------------------------------------------- GPU: the real peers
 
-MODULES = {"fa2:bf16": None, "cudnn:bf16": "cudnn", "cudnn:fp8": "cudnn", "fa4:bf16": "flash_attn.cute"}
+MODULES = {"fa2:bf16": None, "flex:bf16": None, "cudnn:bf16": "cudnn", "cudnn:fp8": "cudnn",
+           "flashinfer:bf16": "flashinfer", "flashinfer:fp8": "flashinfer", "fa4:bf16": "flash_attn.cute"}
 
 
 def gpu_peer(key: str, inputs):
@@ -171,7 +173,7 @@ def gpu_peer(key: str, inputs):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("key", ["fa2:bf16", "cudnn:bf16", "fa4:bf16"])
+@pytest.mark.parametrize("key", ["fa2:bf16", "flex:bf16", "cudnn:bf16", "fa4:bf16"])
 def test_bf16_peers_match_exact_attention(key):
     inputs = make_packed_inputs((300, 77, 1), heads_q=4, head_dim=128, device="cuda")
     attn = gpu_peer(key, inputs)
@@ -186,6 +188,23 @@ def test_bf16_peers_match_exact_attention(key):
         pytest.skip("this FA4 version returns no lse (its cosines passed)")
     assert lse is not None and lse.shape == reference.lse.shape
     assert float((lse.double() - reference.lse).abs().max()) < 1e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_flashinfer_prefill_forward_only_bf16_exact_fp8_leaks():
+    """FlashInfer's prefill is forward only: BF16 matches exact attention and the probe finds
+    nothing; per-tensor FP8 leaks across documents like cuDNN FP8."""
+    inputs = make_packed_inputs(PROBE_LENGTHS, heads_q=4, head_dim=128, device="cuda")
+    bf16, fp8 = gpu_peer("flashinfer:bf16", inputs), gpu_peer("flashinfer:fp8", inputs)
+    assert isinstance(bf16, ForwardOnly) and isinstance(fp8, ForwardOnly)
+    report = measure(bf16, inputs, reference=training_call(exact_reference(), inputs))
+    print(f"\n{report.format()}")
+    assert report.cos["O"] >= 0.999, report.format()
+    reports = {key: probe(attn, inputs) for key, attn in (("bf16", bf16), ("fp8", fp8))}
+    print("".join(f"\n{r.format()}" for r in reports.values()))
+    assert not reports["bf16"].verdict.startswith("LEAKS"), reports["bf16"].format()
+    assert reports["fp8"].verdict.startswith("LEAKS"), reports["fp8"].format()
 
 
 @pytest.mark.gpu

@@ -2,10 +2,13 @@
 the accuracy report (paper Table 4) and the leakage probe (Table 5) run on them as on
 flamia's recipes.
 
-    fa2:bf16    FlashAttention-2 varlen: the aten ops behind SDPA, forward and backward
-    cudnn:bf16  cuDNN frontend sdpa / sdpa_backward graphs (``peers_cudnn.py``)
-    cudnn:fp8   cuDNN frontend sdpa_fp8 / sdpa_fp8_backward, per-tensor scales
-    fa4:bf16    FlashAttention-4, ``flash_attn.cute.flash_attn_varlen_func``
+    fa2:bf16         FlashAttention-2 varlen: the aten ops behind SDPA, forward and backward
+    flex:bf16        FlexAttention with a document mask (``peers_torch.py``), forward and backward
+    cudnn:bf16       cuDNN frontend sdpa / sdpa_backward graphs (``peers_cudnn.py``)
+    cudnn:fp8        cuDNN frontend sdpa_fp8 / sdpa_fp8_backward, per-tensor scales
+    flashinfer:bf16  FlashInfer ragged prefill (``peers_inference.py``), forward only
+    flashinfer:fp8   the same with per-tensor FP8 Q, K, V, forward only
+    fa4:bf16         FlashAttention-4, ``flash_attn.cute.flash_attn_varlen_func``
 
 Where each may run is the benchmark's registry (``providers.py``): its installation checks
 and its rules. ``peer_attention`` raises ``PeerUnavailable`` with the reason when the peer
@@ -14,7 +17,8 @@ its backward cannot (cuDNN FP8 on Hopper: dense equal lengths and d=128 only).
 
 lse is the library's softmax logsumexp, moved to [Hq, Tq]: aten and FA4 return it packed
 (a padded per-document [B, Hq, S], as older FlashAttention-2 builds wrote, is read too),
-cuDNN writes padded stats [B, Hq, S, 1].
+cuDNN writes padded stats [B, Hq, S, 1], FlexAttention [1, Hq, T]. FlashInfer's callables
+return none (its lse is in base 2, and the probe reads O alone of a forward-only peer).
 
 cuDNN FP8 follows the benchmark's scale policy (``peers_cudnn.py``) across calls: Q, K, V
 and dO scales from each call's amax; O's, dQ's, dK's, dV's and dP's calibrated on the first
@@ -36,10 +40,12 @@ from .cudnn_graph import Graph, PackedLayout, cudnn_module
 from .fp8 import FP8
 from .peers_cudnn import (GRADS, Fp8Scales, backward_graph, forward_graph, forward_outputs, fp8_backward,
                           fp8_forward, grad_outputs)
+from .peers_inference import flashinfer_prefill
+from .peers_torch import flex_document_attention
 from .providers import Provider, registry
 from .workloads import Workload
 
-PEERS = ("fa2:bf16", "cudnn:bf16", "cudnn:fp8", "fa4:bf16")
+PEERS = ("fa2:bf16", "flex:bf16", "cudnn:bf16", "cudnn:fp8", "flashinfer:bf16", "flashinfer:fp8", "fa4:bf16")
 # fp8_forward's state, in the order the FP8 forward saves it for the backward
 FP8_STATE = ("q", "k", "v", "descale_q", "descale_k", "descale_v")
 
@@ -296,9 +302,45 @@ class _Fa4:
         return out, lse
 
 
+class _PerDocuments:
+    """An attention callable named ``name`` over a peer built once per set of documents:
+    ``build(q, k, call) -> attention(q, k, v) -> (out, lse or None)``, kept for the
+    (lengths, heads, head dim, mask, device) it was built for (the probe's calls share it)."""
+
+    def __init__(self, name: str, build: Callable):
+        self.__name__, self._build, self._built = name, build, {}
+
+    def __call__(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal):
+        call = _Call(cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), bool(causal))
+        key = (tuple(cu_seqlens_q.tolist()), tuple(cu_seqlens_k.tolist()), q.shape[1], k.shape[1], q.shape[2],
+               call.causal, q.device)
+        if key not in self._built:
+            self._built[key] = self._build(q, k, call)
+        return self._built[key](q, k, v)
+
+
+def _flex(q, k, c: _Call):
+    if not torch.equal(c.cu_q, c.cu_k):
+        raise ValueError("cu_seqlens_k: the FlexAttention peer attends each document to itself; it must equal "
+                         "cu_seqlens_q")
+    lengths = tuple(torch.diff(c.cu_q).tolist())
+    return flex_document_attention(c.cu_q, q.shape[0], c.causal, q.shape[1] != k.shape[1],
+                                   f"peer {lengths} {tuple(q.shape)} {tuple(k.shape)} {c.causal}", with_lse=True)
+
+
+def _flashinfer(fp8: bool):
+    def build(q, k, c: _Call):
+        run = flashinfer_prefill(c.cu_q, c.cu_k, q.shape[1], k.shape[1], q.shape[2], c.causal, fp8, q.dtype)
+        return lambda q, k, v: (run(q, k, v), None)
+    return build
+
+
 # key -> (whether the backward runs on the workload) -> attention callable
 _BUILDERS: dict[str, Callable[[bool], Attention]] = {
     "fa2:bf16": lambda with_backward: _StagedAttention("fa2:bf16", _Fa2()),
+    "flex:bf16": lambda with_backward: _PerDocuments("flex:bf16", _flex),
+    "flashinfer:bf16": lambda with_backward: _PerDocuments("flashinfer:bf16", _flashinfer(fp8=False)),
+    "flashinfer:fp8": lambda with_backward: _PerDocuments("flashinfer:fp8", _flashinfer(fp8=True)),
     "cudnn:bf16": lambda with_backward: _StagedAttention("cudnn:bf16", _CudnnBf16(with_backward)),
     "cudnn:fp8": lambda with_backward: _StagedAttention("cudnn:fp8", _CudnnFp8(with_backward)),
     "fa4:bf16": lambda with_backward: _Fa4(),

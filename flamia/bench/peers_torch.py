@@ -57,33 +57,45 @@ def flex_job(case: Case, mode: str) -> Job:
     """torch.compile'd flex_attention on the row as one sequence [1, H, T, D] with a
     document mask (causal within the document when the workload is). The block mask is
     built here, outside the timed region."""
+    i, w = case.inputs, case.workload
+    attention = flex_document_attention(i.cu_seqlens, w.total, w.causal, w.gqa, w.name, with_lse=False)
+    return autograd_job(lambda q, k, v: attention(q, k, v)[0], i, mode)
+
+
+def flex_document_attention(cu_seqlens: torch.Tensor, total: int, causal: bool, gqa: bool, cache_key: str,
+                            with_lse: bool):
+    """The compiled flex_attention over packed rows [T, H, D] as one sequence [1, H, T, D]
+    with a document mask (causal within the document when ``causal``), built here and
+    kept. Returns attention(q, k, v) -> (out [T, Hq, D], lse [Hq, T] fp32, or None unless
+    ``with_lse``); ``cache_key`` names the compiled function's shape (``_compiled_flex``)."""
     from torch.nn.attention.flex_attention import create_block_mask
 
-    i, w = case.inputs, case.workload
-    total = w.total
-    doc, _ = token_doc_positions(i.cu_seqlens, total)
+    doc, _ = token_doc_positions(cu_seqlens, total)
 
     def same_document(b, h, q_idx, kv_idx):
         same = doc[q_idx] == doc[kv_idx]
-        return same & (q_idx >= kv_idx) if w.causal else same
+        return same & (q_idx >= kv_idx) if causal else same
 
     # _compile builds the mask blockwise; eager evaluation would materialise T x T entries.
-    block_mask = create_block_mask(same_document, None, None, total, total, device=i.q.device, _compile=True)
-    compiled = _compiled_flex(w.name)
+    block_mask = create_block_mask(same_document, None, None, total, total, device=cu_seqlens.device, _compile=True)
+    compiled = _compiled_flex(cache_key)
 
     def attention(q, k, v):
         as_row = [x.transpose(0, 1).unsqueeze(0) for x in (q, k, v)]  # [1, H, T, D] views
-        out = compiled(*as_row, block_mask=block_mask, enable_gqa=w.gqa)
-        return out.squeeze(0).transpose(0, 1)
+        if not with_lse:
+            return compiled(*as_row, block_mask=block_mask, enable_gqa=gqa).squeeze(0).transpose(0, 1), None
+        out, lse = compiled(*as_row, block_mask=block_mask, enable_gqa=gqa, return_lse=True)
+        return out.squeeze(0).transpose(0, 1), lse.squeeze(0)
 
-    return autograd_job(attention, i, mode)
+    return attention
 
 
 @functools.lru_cache(maxsize=1)
-def _compiled_flex(workload_name: str):
-    """torch.compile'd flex_attention for one workload at a time (its modes share it). A new
-    workload starts from a fresh dynamo cache, so its recompiles never reach dynamo's limit,
-    past which it would silently fall back to the slow, memory-hungry eager flex_attention."""
+def _compiled_flex(cache_key: str):
+    """torch.compile'd flex_attention for one shape at a time (a workload's modes, a peer's
+    calls on one set of documents share it). A new key starts from a fresh dynamo cache, so
+    its recompiles never reach dynamo's limit, past which it would silently fall back to the
+    slow, memory-hungry eager flex_attention."""
     import torch._functorch.config as functorch_config
     from torch.nn.attention.flex_attention import flex_attention
 
