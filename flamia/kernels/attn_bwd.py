@@ -449,8 +449,10 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
                        BN=tiles.bwd_block_n, DQ_ATOMIC=tiles.dq_atomic, **args)
     if tiles.dq_atomic:
         grid = (triton.cdiv(tq, tiles.dq_block_m), hq)
-        _dq_finish_kernel[grid](dq_sums, q_exps, dq, softmax_scale, 1.0 / math.sqrt(d), tq, hq, D=d,
-                                BM=tiles.dq_block_m, ROTATE_STAGES=args["ROTATE_STAGES"], INTERPRET=args["INTERPRET"])
+        # the dQ kernel's epilogue constants, from the same dict
+        epilogue = {name: args[name] for name in ("scale", "inv_sqrt_d", "total_q", "heads_q", "D", "ROTATE_STAGES",
+                                                  "INTERPRET")}
+        _dq_finish_kernel[grid](dq_sums, q_exps, dq, BM=tiles.dq_block_m, **epilogue)
         return dq, dk, dv
     grid = (triton.cdiv(max_seqlen_q, tiles.dq_block_m), num_docs, hq)
     _dq_kernel[grid](q_codes, q_exps, k_codes, k_codes_t, k_exps, v_codes, v_exps, do_codes, do_exps, delta, m, ro,
