@@ -3,6 +3,9 @@ SASS, then speed against FlashAttention-2 (BF16) on the six causal workloads.
 
 Usage (on the GPU machine, repo root): PYTHONPATH=. python3 benchmarks/kernel_check.py [--out DIR]
 Prints a short table last; writes kernel_check.json to --out (default $OUT or .).
+``--once WORKLOAD [--tiles JSON]`` only runs the quantizers and both kernels twice (compile,
+then once more) for a profiler, e.g. ``ncu --kernel-name regex:dkdv --launch-skip 1
+--launch-count 1 python3 benchmarks/kernel_check.py --once eq8x8k``.
 Kernel-only times exclude quantization (the paper's Tables 2-3); train includes it.
 """
 import argparse
@@ -110,10 +113,13 @@ def sass(report):
         if os.path.exists(jf):
             meta = json.load(open(jf))
         dump = subprocess.run(["cuobjdump", "-sass", cubin], capture_output=True, text=True).stdout
+        # "REG:168 STACK:0 SHARED:... LOCAL:..." per function
+        res = subprocess.run(["cuobjdump", "-res-usage", cubin], capture_output=True, text=True).stdout
+        usage = dict(re.findall(r"(REG|STACK|LOCAL):(\d+)", res))
         key = f"{name} w{meta.get('num_warps')} s{meta.get('num_stages')} {os.path.basename(os.path.dirname(cubin))[:8]}"
         out[key] = {"QGMMA": dump.count("QGMMA"), "HGMMA": dump.count("HGMMA"), "HMMA": dump.count("HMMA"),
                      "LDL/STL": dump.count("LDL") + dump.count("STL"),
-                     "regs": meta.get("n_regs"), "spills": meta.get("n_spills"),
+                     "regs": int(usage.get("REG", -1)), "stack_bytes": int(usage.get("STACK", -1)),
                      "warps": meta.get("num_warps"), "stages": meta.get("num_stages")}
     report["sass"] = out
 
@@ -174,13 +180,16 @@ TUNE = [dict(), dict(fwd_warps=8), dict(fwd_warps=8, fwd_block_n=64), dict(fwd_b
         dict(dq_block_n=128, dq_atomic=True), dict(dq_block_n=128, dq_atomic=True, bwd_block_m=64)]
 
 
-def tune(report, name="eq8x8k"):
+def tune(report, only="", name="eq8x8k"):
     """Kernel-only times of a few tile configurations (numerics-bearing sizes included: the
-    emulator follows whatever configs.py says)."""
+    emulator follows whatever configs.py says). only="bwd" keeps the baseline and the
+    configurations that change no forward tile."""
     w = WORKLOADS[name]
     i = make_case(w, "cuda").inputs
     rows = []
     for cfg in TUNE:
+        if only == "bwd" and any(k.startswith("fwd") for k in cfg):
+            continue
         t = replace(tiles_for(w.head_dim), **cfg)
         fwd, bwd, _, _ = kernel_only(i, w.causal, t)
         ms = lambda f: do_bench(f, warmup=10, rep=40, return_mode="median")
@@ -217,12 +226,27 @@ def profile(report, names=("eq8x8k", "logu11-16k")):
     report["profile"] = out
 
 
+def run_once(name, cfg):
+    """The quantizers, the forward and the backward kernels of one workload, twice."""
+    w = WORKLOADS[name]
+    i = make_case(w, "cuda").inputs
+    fwd, bwd, quant, _ = kernel_only(i, w.causal, replace(tiles_for(w.head_dim), **cfg))
+    for _ in range(2):
+        quant(), fwd(), bwd()
+    torch.cuda.synchronize()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--workloads", default=",".join(GROUPS["causal"]))
     ap.add_argument("--skip", default="", help="comma list of: correctness,graph,speed,profile,tune,sass")
+    ap.add_argument("--tune", default="", choices=("", "bwd"), help="bwd: only the backward's configurations")
+    ap.add_argument("--once", metavar="WORKLOAD", help="run each kernel twice for a profiler, nothing else")
+    ap.add_argument("--tiles", default="{}", help="with --once: AttnTiles fields to change, as JSON")
     args = ap.parse_args()
+    if args.once:
+        return run_once(args.once, json.loads(args.tiles))
     skip = set(args.skip.split(","))
     report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
@@ -238,7 +262,7 @@ def main():
     if "profile" not in skip:
         profile(report)
     if "tune" not in skip:
-        tune(report)
+        tune(report, args.tune)
     if "sass" not in skip:
         sass(report)
     json.dump(report, open(os.path.join(args.out, "kernel_check.json"), "w"), indent=1)
