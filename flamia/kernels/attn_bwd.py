@@ -26,7 +26,7 @@ from ..formats.hadamard import HADAMARD_DIMS
 from ..masks import effective_window
 from ..validation import INPUT_DTYPES
 from .configs import SUPPORTED_HEAD_DIMS, AttnTiles
-from .fp8 import E4M3_EQ, E4M3_MQ, interpreting, mma, pow2, round_e4m3, scale_exponent, to_e4m3, to_output
+from .fp8 import E4M3_EQ, E4M3_MQ, e4m3_grid, interpreting, mma, pow2, scale_exponent, to_e4m3, to_output
 from .hadamard import rotate
 from .layout import T_ALIGN as _T_ALIGN
 from .layout import check_operand, transposed_extent
@@ -118,7 +118,7 @@ def _grad_scores(b_s, b_dp, qry, key, o_i, o_k, geo, Q_AXIS: tl.constexpr, MASK:
     # Pd comes from the fp32 value on the E4M3 grid, not from converting the fp8 codes back:
     # on the H200 (Triton 3.6) an fp8 tensor that also feeds a wgmma as its A operand
     # converted to fp32 as garbage (dK was NaN and changed from run to run).
-    b_pcf = round_e4m3((b_p * vf) * tl.expand_dims(rf, K_AXIS))
+    b_pcf = e4m3_grid((b_p * vf) * tl.expand_dims(rf, K_AXIS), INTERPRET)
     b_pc = b_pcf.to(tl.float8e4nv)
     b_pd = (b_pcf * tl.expand_dims(ro, K_AXIS)) * tl.expand_dims(vinv, Q_AXIS)
     b_dp = (b_dp * tl.expand_dims(dof, K_AXIS)) * vf

@@ -4,7 +4,8 @@ here (``INTERPRET`` is a constexpr the launchers pass):
 - its fp32 -> fp8 ``.to()`` mis-rounds about 2% of values, so values are first rounded to the
   E4M3 grid in fp32 (bit-exact round-to-nearest-even), which makes the cast exact;
 - its ``tl.dot`` on low-precision operands is unreliable, so operands are upcast to fp32;
-- its fp32 -> bf16 cast truncates, so values are first rounded on their bits.
+- its fp32 -> bf16 cast truncates, so values are first rounded on their bits;
+- it cannot run inline PTX, so ``e4m3_grid`` rounds there in fp32 arithmetic instead.
 """
 import os
 
@@ -50,6 +51,30 @@ def round_e4m3(x):
     y = x * pow2(3 - e)
     y = (y + 12582912.0) - 12582912.0
     return tl.where(y == 0, x * 0.0, y * pow2(e - 3))
+
+
+@triton.jit
+def e4m3_grid(x, INTERPRET: tl.constexpr):
+    """fp32 -> fp32 on the E4M3 grid, round to nearest even, saturating at 448 (callers'
+    scales keep |x| <= 448, where it equals ``round_e4m3``). On the GPU a round trip through
+    the hardware conversions, 2.5 instructions per value against about 15 integer and fp32
+    operations for ``round_e4m3``: the backward rounds every P code this way, and its
+    kernels are bound by instruction issue (ncu, H200: issue slots 50-60% busy, integer ALU
+    the busiest pipe). Returning fp32, not fp8, keeps an fp8 tensor that also feeds a wgmma
+    from being converted back (the Triton 3.6 miscompile in attn_bwd.py)."""
+    if INTERPRET:
+        return round_e4m3(x)
+    return tl.inline_asm_elementwise(
+        """{
+        .reg .b16 c, lo, hi;
+        .reg .b32 h;
+        cvt.rn.satfinite.e4m3x2.f32 c, $3, $2;
+        cvt.rn.f16x2.e4m3x2 h, c;
+        mov.b32 {lo, hi}, h;
+        cvt.f32.f16 $0, lo;
+        cvt.f32.f16 $1, hi;
+        }""",
+        "=r,=r,r,r", [x], dtype=tl.float32, is_pure=True, pack=2)
 
 
 @triton.jit
