@@ -35,9 +35,12 @@ class AttnTiles:
     bwd_warps: int = 8
     bwd_stages: int = 3
     # dQ from the dK/dV kernel's tiles, added with fp32 atomics (5 MMAs per pair instead of
-    # 7, no dQ kernel; dQ's summation order then varies from run to run). Not measured yet:
-    # kernel_check.py's TUNE times it. The dQ payload's scale spans the key tile, hence
-    # dq_block_n == bwd_block_n.
+    # 7, no dQ kernel; dQ's summation order then varies from run to run). The dQ payload's
+    # scale spans the key tile, hence dq_block_n == bwd_block_n. Off: slower on the same
+    # machine (2026-11-29, kernel-only backward, TFLOP/s): eq8x8k 152 against 180 (and 167.5
+    # against 198.0 with the PTX E4M3 rounding), logu11-16k 133.8 against 150.9, skew8k+224x256
+    # level (111.3 / 112.0); ~17 GB of fp32 atomics on eq8x8k cost about what the dQ
+    # kernel's whole recompute does.
     dq_atomic: bool = False
 
     def __post_init__(self):
