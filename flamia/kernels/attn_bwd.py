@@ -64,20 +64,26 @@ def _load_cols(p, o_t, span, stride, D: tl.constexpr, MASK: tl.constexpr):
 
 
 @triton.jit
-def _query_factors(ptrs, o_i, m_i, hq, hkv, s2, SIGMA: tl.constexpr, MASK: tl.constexpr):
+def _query_factors(p_rec, o_i, m_i, s2, SIGMA: tl.constexpr, MASK: tl.constexpr):
     """Per-query vectors [N] of rows o_i: (qf = s2 2^eQ, qg = 2^eQ, m, rf = 2^(sigma - PV),
-    ro, dof = 2^edO, delta). Rows past the document's end get m = +inf and ro = 0, so their
-    P and G vanish. ptrs = (q_exps, do_exps, pv, m, ro, delta) at the document's first row
-    and the head; q_exps, do_exps: [Tq, Hq] int8; pv: [Tq, Hkv] int32; m, ro, delta: [Hq, Tq]."""
-    p_qe, p_doe, p_pv, p_m, p_ro, p_delta = ptrs
-    o_i = o_i.to(tl.int64)
-    e_q = _load(p_qe + o_i * hq, m_i, 0, MASK).to(tl.int32)
-    e_do = _load(p_doe + o_i * hq, m_i, 0, MASK).to(tl.int32)
-    pv = _load(p_pv + o_i * hkv, m_i, 0, MASK)
-    m = _load(p_m + o_i, m_i, float("inf"), MASK)
-    ro = _load(p_ro + o_i, m_i, 0.0, MASK)
-    delta = _load(p_delta + o_i, m_i, 0.0, MASK)
+    ro, dof = 2^edO, delta), from one 16-byte record per row (``query_records``; p_rec at
+    the document's first row of the head). Rows past the document's end get m = +inf and
+    ro = 0, so their P and G vanish."""
+    o_r = o_i.to(tl.int64)[:, None] * 4 + tl.arange(0, 4)[None, :]  # [N, 4]
+    # (m, ro, delta, exps) of a row past the end: (+inf, 0, 0, 0)
+    past_end = tl.where(tl.arange(0, 4) == 0, 0x7F800000, 0)[None, :]
+    rec = _load(p_rec + o_r, m_i[:, None], past_end, MASK)  # [N, 4] int32
+    # [N, 4] -> [N, 2, 2]: split takes the last axis, so (m, delta) then (ro, exps)
+    even, odd = tl.split(tl.reshape(rec, [rec.shape[0], 2, 2]))
+    m_bits, delta_bits = tl.split(even)
+    ro_bits, exps = tl.split(odd)
+    e_q = (exps << 24) >> 24  # signed bytes back to int32
+    e_do = (exps << 16) >> 24
+    pv = exps >> 16
     qg = pow2(e_q)
+    m = m_bits.to(tl.float32, bitcast=True)
+    ro = ro_bits.to(tl.float32, bitcast=True)
+    delta = delta_bits.to(tl.float32, bitcast=True)
     return s2 * qg, qg, m, pow2(SIGMA - pv), ro, pow2(e_do), delta
 
 
@@ -192,14 +198,14 @@ def _dq_atomic_add(p_dqa, b_gt, b_kt, o_i, m_i, heads_q, D: tl.constexpr, INTERP
 
 
 @triton.jit
-def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_vecs, p_dote, p_dqa, geo, span_q,
-               heads_q, heads_kv, tq_t, s2, SIGMA: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
+def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_rec, p_dote, p_dqa, geo, span_q,
+               heads_q, tq_t, s2, SIGMA: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
                MASK: tl.constexpr, DQ_ATOMIC: tl.constexpr, INTERPRET: tl.constexpr):
     """One query step [i0, i0 + BM) of a key tile: adds its dK and dV payloads to acc_dk,
     acc_dv [BN, D], and with DQ_ATOMIC its dQ payload to p_dqa (``_dq_atomic_add``; b_kt
     [D, BN] K^T codes). b_k, b_v: [BN, D] codes; key: ``_key_factors``; o_k: [BN] key
     positions; p_rows = (Q^, dO^) row-major and p_cols = (Q^T, dOt^T) transposed (row stride
-    tq_t), p_vecs as ``_query_factors``, p_dote (dot_exps) and p_dqa: all at the document's
+    tq_t), p_rec as ``_query_factors``, p_dote (dot_exps) and p_dqa: all at the document's
     first row (column) and the head; span_q: the document's transposed span (``_doc_bounds``)."""
     p_q, p_do = p_rows
     p_qt, p_dott = p_cols
@@ -209,7 +215,7 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_v
     b_do = _load_rows(p_do, o_i, m_i, heads_q * D, D, MASK)  # [BM, D]
     b_qt = _load_cols(p_qt, o_i, span_q, tq_t, D, MASK)  # [D, BM]
     b_dott = _load_cols(p_dott, o_i, span_q, tq_t, D, MASK)  # [D, BM]
-    qry = _query_factors(p_vecs, o_i, m_i, heads_q, heads_kv, s2, SIGMA, MASK)
+    qry = _query_factors(p_rec, o_i, m_i, s2, SIGMA, MASK)
     # dOt^ has one exponent per query step: read it at the step's first row (inside the document).
     e_dot = tl.load(p_dote + tl.cast(i0, tl.int64) * heads_q).to(tl.int32)
     b_zero = tl.zeros([b_k.shape[0], BM], dtype=tl.float32)
@@ -225,8 +231,7 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_v
 
 
 @triton.jit
-def _dkdv_kernel(p_q, p_qt, p_qe, p_k, p_kt, p_ke, p_v, p_ve, p_do, p_doe, p_dott, p_dote, p_delta, p_m, p_ro,
-                 p_pv, p_cu_q, p_cu_k, p_cu_qt, p_cu_kt, p_dk, p_dv, p_dqa, s2, scale, inv_sqrt_d, wl, wr, total_q,
+def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_ke, p_v, p_ve, p_do, p_dott, p_dote, p_rec, p_cu_q, p_cu_k, p_cu_qt, p_cu_kt, p_dk, p_dv, p_dqa, s2, scale, inv_sqrt_d, wl, wr, total_q,
                  heads_q, tq_t, tk_t, GROUP: tl.constexpr, SIGMA: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
                  BN: tl.constexpr, ROTATE_STAGES: tl.constexpr, DQ_ATOMIC: tl.constexpr, INTERPRET: tl.constexpr):
     """Program (key tile, document, KV head): dK and dV [BN, D] of the tile, summed over the
@@ -263,20 +268,18 @@ def _dkdv_kernel(p_q, p_qt, p_qe, p_k, p_kt, p_ke, p_v, p_ve, p_do, p_doe, p_dot
         o_qd = (q_start * heads_q + h_q) * D
         o_qt = h_q * D * tq_t + q_start_t
         o_qe = q_start * heads_q + h_q
-        o_qs = h_q * total_q + q_start
         p_rows = (p_q + o_qd, p_do + o_qd)
         p_cols = (p_qt + o_qt, p_dott + o_qt)
-        p_vecs = (p_qe + o_qe, p_doe + o_qe, p_pv + q_start * heads_kv + h_k, p_m + o_qs, p_ro + o_qs,
-                  p_delta + o_qs)
+        p_rec_h = p_rec + (h_q * total_q + q_start) * 4
         p_dqa_h = p_dqa + o_qd
         for j in range(full_lo, full_hi):
-            acc_dk, acc_dv = _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, j * BM, p_rows, p_cols, p_vecs,
-                                        p_dote + o_qe, p_dqa_h, geo, span_q, heads_q, heads_kv, tq_t, s2, SIGMA, D, BM,
+            acc_dk, acc_dv = _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, j * BM, p_rows, p_cols, p_rec_h,
+                                        p_dote + o_qe, p_dqa_h, geo, span_q, heads_q, tq_t, s2, SIGMA, D, BM,
                                         False, DQ_ATOMIC, INTERPRET)
         for t in range(0, (full_lo - lo) + (hi - full_hi)):
             i0 = _masked_step(t, lo, full_lo, full_hi) * BM
-            acc_dk, acc_dv = _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_vecs,
-                                        p_dote + o_qe, p_dqa_h, geo, span_q, heads_q, heads_kv, tq_t, s2, SIGMA, D, BM,
+            acc_dk, acc_dv = _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_rec_h,
+                                        p_dote + o_qe, p_dqa_h, geo, span_q, heads_q, tq_t, s2, SIGMA, D, BM,
                                         True, DQ_ATOMIC, INTERPRET)
     o_out = o_kv + o_k.to(tl.int64)[:, None] * (heads_kv * D) + tl.arange(0, D)[None, :]  # [BN, D]
     b_dk = rotate(acc_dk * (scale * pow2(-e_k))[:, None], inv_sqrt_d, ROTATE_STAGES)  # [BN, D]
@@ -310,7 +313,7 @@ def _dq_step(acc, b_q, b_do, qry, o_i, k0, p_rows, p_kt, p_vecs, geo, span_k, he
 
 
 @triton.jit
-def _dq_kernel(p_q, p_qe, p_k, p_kt, p_ke, p_v, p_ve, p_do, p_doe, p_delta, p_m, p_ro, p_pv, p_cu_q, p_cu_k,
+def _dq_kernel(p_q, p_qe, p_k, p_kt, p_ke, p_v, p_ve, p_do, p_rec, p_cu_q, p_cu_k,
                p_cu_qt, p_cu_kt, p_dq, s2, scale, inv_sqrt_d, wl, wr, total_q, heads_q, tk_t, GROUP: tl.constexpr,
                SIGMA: tl.constexpr, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
                ROTATE_STAGES: tl.constexpr, INTERPRET: tl.constexpr):
@@ -331,10 +334,7 @@ def _dq_kernel(p_q, p_qe, p_k, p_kt, p_ke, p_v, p_ve, p_do, p_doe, p_delta, p_m,
     o_qd = (q_start * heads_q + h_q) * D
     b_q = _load_rows(p_q + o_qd, o_i, m_i, heads_q * D, D, True)  # [BM, D]
     b_do = _load_rows(p_do + o_qd, o_i, m_i, heads_q * D, D, True)  # [BM, D]
-    o_qe = q_start * heads_q + h_q
-    o_qs = h_q * total_q + q_start
-    p_qvecs = (p_qe + o_qe, p_doe + o_qe, p_pv + q_start * heads_kv + h_k, p_m + o_qs, p_ro + o_qs, p_delta + o_qs)
-    qry = _query_factors(p_qvecs, o_i, m_i, heads_q, heads_kv, s2, SIGMA, True)
+    qry = _query_factors(p_rec + (h_q * total_q + q_start) * 4, o_i, m_i, s2, SIGMA, True)
     o_kv = (k_start * heads_kv + h_k) * D
     o_ke = k_start * heads_kv + h_k
     p_rows = (p_k + o_kv, p_v + o_kv)
@@ -376,6 +376,21 @@ def _dq_finish_kernel(p_dqa, p_qe, p_dq, scale, inv_sqrt_d, total_q, heads_q, D:
     o_acc = (rows * heads_q + h_q)[:, None] * D + tl.arange(0, D)[None, :]  # [BM, D]
     acc = tl.load(p_dqa + o_acc, mask=m_r[:, None], other=0.0)
     _store_dq(p_dq, p_qe, acc, rows, m_r, h_q, heads_q, scale, inv_sqrt_d, D, ROTATE_STAGES, INTERPRET)
+
+
+def query_records(q_exps: torch.Tensor, do_exps: torch.Tensor, pv: torch.Tensor, m: torch.Tensor, ro: torch.Tensor,
+                  delta: torch.Tensor) -> torch.Tensor:
+    """[Hq, Tq, 4] int32: one 16-byte record per (query head, row) holding the bits of
+    (m, ro, delta) and eQ | edO << 8 | PV << 16 (PV, a maximum of int8 V exponents, fits 16
+    bits). The backward reads one vector per row instead of six: loaded in the MMA's layout,
+    each vector cost every thread a load and 64-bit address arithmetic per query it holds
+    (ncu, H200: integer instructions were a quarter of the dK/dV kernel's).
+    q_exps, do_exps: [Tq, Hq] int8; pv: [Tq, Hkv] int32; m, ro, delta: [Hq, Tq] fp32."""
+    group = q_exps.shape[1] // pv.shape[1]
+    exps = ((q_exps.t().to(torch.int32) & 0xFF) | ((do_exps.t().to(torch.int32) & 0xFF) << 8)
+            | (pv.t().repeat_interleave(group, dim=0) << 16))
+    bits = [x.contiguous().view(torch.int32) for x in (m, ro, delta)]
+    return torch.stack([*bits, exps], dim=-1)
 
 
 def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v_codes, v_exps, do_codes, do_exps,
@@ -443,8 +458,9 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     # (zeroed here, inside the captured call), which one more pass scales and stores.
     dq_sums = torch.zeros((tq, hq, d), dtype=torch.float32, device=dev) if tiles.dq_atomic else dq
     grid = (triton.cdiv(max_seqlen_k, tiles.bwd_block_n), num_docs, hkv)
-    _dkdv_kernel[grid](q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v_codes, v_exps, do_codes, do_exps,
-                       dot_codes_t, dot_exps, delta, m, ro, pv, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t,
+    records = query_records(q_exps, do_exps, pv, m, ro, delta)
+    _dkdv_kernel[grid](q_codes, q_codes_t, k_codes, k_codes_t, k_exps, v_codes, v_exps, do_codes,
+                       dot_codes_t, dot_exps, records, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t,
                        cu_seqlens_k_t, dk, dv, dq_sums, tq_t=tq_t, tk_t=tk_t, BM=tiles.bwd_block_m,
                        BN=tiles.bwd_block_n, DQ_ATOMIC=tiles.dq_atomic, **args)
     if tiles.dq_atomic:
@@ -455,7 +471,6 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
         _dq_finish_kernel[grid](dq_sums, q_exps, dq, BM=tiles.dq_block_m, **epilogue)
         return dq, dk, dv
     grid = (triton.cdiv(max_seqlen_q, tiles.dq_block_m), num_docs, hq)
-    _dq_kernel[grid](q_codes, q_exps, k_codes, k_codes_t, k_exps, v_codes, v_exps, do_codes, do_exps, delta, m, ro,
-                     pv, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, dq, tk_t=tk_t, BM=tiles.dq_block_m,
+    _dq_kernel[grid](q_codes, q_exps, k_codes, k_codes_t, k_exps, v_codes, v_exps, do_codes, records, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, dq, tk_t=tk_t, BM=tiles.dq_block_m,
                      BN=tiles.dq_block_n, **args)
     return dq, dk, dv
