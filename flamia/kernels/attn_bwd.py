@@ -88,6 +88,14 @@ def _query_factors(p_rec, o_i, m_i, s2, SIGMA: tl.constexpr, MASK: tl.constexpr)
 
 
 @triton.jit
+def _key_exponents(p_krec, o_k, m_k, MASK: tl.constexpr):
+    """(eK, eV) int32 [N] of keys o_k from their records (``key_records``; p_krec at the
+    document's first key of the head)."""
+    rec = _load(p_krec + o_k.to(tl.int64), m_k, 0, MASK)  # [N] int32
+    return (rec << 24) >> 24, (rec << 16) >> 24
+
+
+@triton.jit
 def _key_factors(e_k, e_v):
     """Per-key vectors [N] from the exponents: (kf = 2^eK, vf = 2^eV, vinv = 2^-eV)."""
     return pow2(e_k), pow2(e_v), pow2(-e_v)
@@ -231,8 +239,9 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_r
 
 
 @triton.jit
-def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_ke, p_v, p_ve, p_do, p_dott, p_dote, p_rec, p_cu_q, p_cu_k, p_cu_qt, p_cu_kt, p_dk, p_dv, p_dqa, s2, scale, inv_sqrt_d, wl, wr, total_q,
-                 heads_q, tq_t, tk_t, GROUP: tl.constexpr, SIGMA: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
+def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_krec, p_cu_q, p_cu_k, p_cu_qt,
+                 p_cu_kt, p_dk, p_dv, p_dqa, s2, scale, inv_sqrt_d, wl, wr, total_q, total_k, heads_q, tq_t, tk_t,
+                 GROUP: tl.constexpr, SIGMA: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
                  BN: tl.constexpr, ROTATE_STAGES: tl.constexpr, DQ_ATOMIC: tl.constexpr, INTERPRET: tl.constexpr):
     """Program (key tile, document, KV head): dK and dV [BN, D] of the tile, summed over the
     query heads of its GQA group, stored in p_dk's dtype (dK rotated back when
@@ -252,9 +261,7 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_ke, p_v, p_ve, p_do, p_dott, p_dote, p_
     o_kv = (k_start * heads_kv + h_k) * D  # the document's first K, V, dK, dV row of this head
     b_k = _load_rows(p_k + o_kv, o_k, m_k, heads_kv * D, D, True)  # [BN, D]
     b_v = _load_rows(p_v + o_kv, o_k, m_k, heads_kv * D, D, True)  # [BN, D]
-    o_ke = k_start * heads_kv + h_k + o_k.to(tl.int64) * heads_kv  # [BN]
-    e_k = tl.load(p_ke + o_ke, mask=m_k, other=0).to(tl.int32)
-    e_v = tl.load(p_ve + o_ke, mask=m_k, other=0).to(tl.int32)
+    e_k, e_v = _key_exponents(p_krec + h_k * total_k + k_start, o_k, m_k, True)
     key = _key_factors(e_k, e_v)
     b_kt = b_k  # a placeholder the steps ignore unless DQ_ATOMIC
     if DQ_ATOMIC:
@@ -288,23 +295,19 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_ke, p_v, p_ve, p_do, p_dott, p_dote, p_
 
 
 @triton.jit
-def _dq_step(acc, b_q, b_do, qry, o_i, k0, p_rows, p_kt, p_vecs, geo, span_k, heads_kv, tk_t, D: tl.constexpr,
+def _dq_step(acc, b_q, b_do, qry, o_i, k0, p_rows, p_kt, p_krec, geo, span_k, heads_kv, tk_t, D: tl.constexpr,
              BN: tl.constexpr, MASK: tl.constexpr, INTERPRET: tl.constexpr):
     """One key step [k0, k0 + BN) of a query tile: acc [BM, D] += its dQ payload. b_q, b_do:
     [BM, D] codes; qry: ``_query_factors``; o_i: [BM] query positions; p_rows = (K^, V^)
-    row-major, p_kt K^T transposed (row stride tk_t) and p_vecs = (k_exps, v_exps): all at
+    row-major, p_kt K^T transposed (row stride tk_t) and p_krec (``key_records``): all at
     the document's first key (column) and the KV head; span_k: the document's transposed span."""
     p_k, p_v = p_rows
-    p_ke, p_ve = p_vecs
     o_k = k0 + tl.arange(0, BN)  # [BN] key positions
     m_k = o_k < geo[1]
     b_k = _load_rows(p_k, o_k, m_k, heads_kv * D, D, MASK)  # [BN, D]
     b_v = _load_rows(p_v, o_k, m_k, heads_kv * D, D, MASK)  # [BN, D]
     b_kt = _load_cols(p_kt, o_k, span_k, tk_t, D, MASK)  # [D, BN]
-    o_ke = o_k.to(tl.int64) * heads_kv
-    e_k = _load(p_ke + o_ke, m_k, 0, MASK).to(tl.int32)
-    e_v = _load(p_ve + o_ke, m_k, 0, MASK).to(tl.int32)
-    key = _key_factors(e_k, e_v)
+    key = _key_factors(*_key_exponents(p_krec, o_k, m_k, MASK))
     b_zero = tl.zeros([b_q.shape[0], BN], dtype=tl.float32)
     b_s = mma(b_q, tl.trans(b_k), b_zero, INTERPRET)  # [BM, BN] S
     b_dp = mma(b_do, tl.trans(b_v), b_zero, INTERPRET)  # [BM, BN] dP before its factors
@@ -313,8 +316,8 @@ def _dq_step(acc, b_q, b_do, qry, o_i, k0, p_rows, p_kt, p_vecs, geo, span_k, he
 
 
 @triton.jit
-def _dq_kernel(p_q, p_qe, p_k, p_kt, p_ke, p_v, p_ve, p_do, p_rec, p_cu_q, p_cu_k,
-               p_cu_qt, p_cu_kt, p_dq, s2, scale, inv_sqrt_d, wl, wr, total_q, heads_q, tk_t, GROUP: tl.constexpr,
+def _dq_kernel(p_q, p_qe, p_k, p_kt, p_v, p_do, p_rec, p_krec, p_cu_q, p_cu_k, p_cu_qt, p_cu_kt, p_dq, s2, scale,
+               inv_sqrt_d, wl, wr, total_q, total_k, heads_q, tk_t, GROUP: tl.constexpr,
                SIGMA: tl.constexpr, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
                ROTATE_STAGES: tl.constexpr, INTERPRET: tl.constexpr):
     """Program (query tile, document, query head): dQ [BM, D] of the tile in p_dq's dtype
@@ -336,19 +339,18 @@ def _dq_kernel(p_q, p_qe, p_k, p_kt, p_ke, p_v, p_ve, p_do, p_rec, p_cu_q, p_cu_
     b_do = _load_rows(p_do + o_qd, o_i, m_i, heads_q * D, D, True)  # [BM, D]
     qry = _query_factors(p_rec + (h_q * total_q + q_start) * 4, o_i, m_i, s2, SIGMA, True)
     o_kv = (k_start * heads_kv + h_k) * D
-    o_ke = k_start * heads_kv + h_k
     p_rows = (p_k + o_kv, p_v + o_kv)
     p_kt_doc = p_kt + h_k * D * tk_t + k_start_t
-    p_kvecs = (p_ke + o_ke, p_ve + o_ke)
+    p_krec_doc = p_krec + h_k * total_k + k_start
     # Query i sees the keys k with i + off - wl <= k <= i + off + wr.
     lo, hi, full_lo, full_hi = _step_range(i0, len_q, len_k, len_k - len_q, wl, wr, BM, BN)
     acc = tl.zeros([BM, D], dtype=tl.float32)
     for j in range(full_lo, full_hi):
-        acc = _dq_step(acc, b_q, b_do, qry, o_i, j * BN, p_rows, p_kt_doc, p_kvecs, geo, span_k, heads_kv, tk_t, D,
+        acc = _dq_step(acc, b_q, b_do, qry, o_i, j * BN, p_rows, p_kt_doc, p_krec_doc, geo, span_k, heads_kv, tk_t, D,
                        BN, False, INTERPRET)
     for t in range(0, (full_lo - lo) + (hi - full_hi)):
         k0 = _masked_step(t, lo, full_lo, full_hi) * BN
-        acc = _dq_step(acc, b_q, b_do, qry, o_i, k0, p_rows, p_kt_doc, p_kvecs, geo, span_k, heads_kv, tk_t, D, BN,
+        acc = _dq_step(acc, b_q, b_do, qry, o_i, k0, p_rows, p_kt_doc, p_krec_doc, geo, span_k, heads_kv, tk_t, D, BN,
                        True, INTERPRET)
     _store_dq(p_dq, p_qe, acc, q_start + o_i, m_i, h_q, heads_q, scale, inv_sqrt_d, D, ROTATE_STAGES, INTERPRET)
 
@@ -391,6 +393,13 @@ def query_records(q_exps: torch.Tensor, do_exps: torch.Tensor, pv: torch.Tensor,
             | (pv.t().repeat_interleave(group, dim=0) << 16))
     bits = [x.contiguous().view(torch.int32) for x in (m, ro, delta)]
     return torch.stack([*bits, exps], dim=-1)
+
+
+def key_records(k_exps: torch.Tensor, v_exps: torch.Tensor) -> torch.Tensor:
+    """[Hkv, Tk] int32: eK | eV << 8 per (KV head, key), tokens contiguous, so that a key
+    step reads one coalesced vector instead of two byte vectors strided by heads.
+    k_exps, v_exps: [Tk, Hkv] int8."""
+    return ((k_exps.t().to(torch.int32) & 0xFF) | ((v_exps.t().to(torch.int32) & 0xFF) << 8)).contiguous()
 
 
 def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v_codes, v_exps, do_codes, do_exps,
@@ -451,16 +460,16 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     unbounded = int(max_seqlen_q) + int(max_seqlen_k)
     wl, wr = (w if w >= 0 else unbounded for w in (wl, wr))
     args = dict(s2=softmax_scale * LOG2E, scale=softmax_scale, inv_sqrt_d=1.0 / math.sqrt(d), wl=wl, wr=wr,
-                total_q=tq, heads_q=hq, GROUP=hq // hkv, SIGMA=sigma, D=d,
+                total_q=tq, total_k=tk, heads_q=hq, GROUP=hq // hkv, SIGMA=sigma, D=d,
                 ROTATE_STAGES=d.bit_length() - 1 if rotate else 0, INTERPRET=interpreting(),
                 num_warps=tiles.bwd_warps, num_stages=tiles.bwd_stages)
     # dq_atomic: the dK/dV kernel adds every dQ payload into an fp32 [Tq, Hq, D] buffer
     # (zeroed here, inside the captured call), which one more pass scales and stores.
     dq_sums = torch.zeros((tq, hq, d), dtype=torch.float32, device=dev) if tiles.dq_atomic else dq
     grid = (triton.cdiv(max_seqlen_k, tiles.bwd_block_n), num_docs, hkv)
-    records = query_records(q_exps, do_exps, pv, m, ro, delta)
-    _dkdv_kernel[grid](q_codes, q_codes_t, k_codes, k_codes_t, k_exps, v_codes, v_exps, do_codes,
-                       dot_codes_t, dot_exps, records, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t,
+    records, krecords = query_records(q_exps, do_exps, pv, m, ro, delta), key_records(k_exps, v_exps)
+    _dkdv_kernel[grid](q_codes, q_codes_t, k_codes, k_codes_t, v_codes, do_codes,
+                       dot_codes_t, dot_exps, records, krecords, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t,
                        cu_seqlens_k_t, dk, dv, dq_sums, tq_t=tq_t, tk_t=tk_t, BM=tiles.bwd_block_m,
                        BN=tiles.bwd_block_n, DQ_ATOMIC=tiles.dq_atomic, **args)
     if tiles.dq_atomic:
@@ -471,6 +480,7 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
         _dq_finish_kernel[grid](dq_sums, q_exps, dq, BM=tiles.dq_block_m, **epilogue)
         return dq, dk, dv
     grid = (triton.cdiv(max_seqlen_q, tiles.dq_block_m), num_docs, hq)
-    _dq_kernel[grid](q_codes, q_exps, k_codes, k_codes_t, k_exps, v_codes, v_exps, do_codes, records, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, dq, tk_t=tk_t, BM=tiles.dq_block_m,
+    _dq_kernel[grid](q_codes, q_exps, k_codes, k_codes_t, v_codes, do_codes, records, krecords, cu_seqlens_q,
+                     cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, dq, tk_t=tk_t, BM=tiles.dq_block_m,
                      BN=tiles.dq_block_n, **args)
     return dq, dk, dv
