@@ -30,6 +30,7 @@ from .fp8 import E4M3_EQ, E4M3_MQ, e4m3_grid, interpreting, mma, pow2, scale_exp
 from .hadamard import rotate
 from .layout import T_ALIGN as _T_ALIGN
 from .layout import check_operand, transposed_extent
+from .records import key_exponents, key_records, query_records
 
 LOG2E = math.log2(math.e)
 T_ALIGN = tl.constexpr(_T_ALIGN)  # the transposed codes' documents start at multiples of this column
@@ -85,14 +86,6 @@ def _query_factors(p_rec, o_i, m_i, s2, SIGMA: tl.constexpr, MASK: tl.constexpr)
     ro = ro_bits.to(tl.float32, bitcast=True)
     delta = delta_bits.to(tl.float32, bitcast=True)
     return s2 * qg, qg, m, pow2(SIGMA - pv), ro, pow2(e_do), delta
-
-
-@triton.jit
-def _key_exponents(p_krec, o_k, m_k, MASK: tl.constexpr):
-    """(eK, eV) int32 [N] of keys o_k from their records (``key_records``; p_krec at the
-    document's first key of the head)."""
-    rec = _load(p_krec + o_k.to(tl.int64), m_k, 0, MASK)  # [N] int32
-    return (rec << 24) >> 24, (rec << 16) >> 24
 
 
 @triton.jit
@@ -261,7 +254,7 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_krec,
     o_kv = (k_start * heads_kv + h_k) * D  # the document's first K, V, dK, dV row of this head
     b_k = _load_rows(p_k + o_kv, o_k, m_k, heads_kv * D, D, True)  # [BN, D]
     b_v = _load_rows(p_v + o_kv, o_k, m_k, heads_kv * D, D, True)  # [BN, D]
-    e_k, e_v = _key_exponents(p_krec + h_k * total_k + k_start, o_k, m_k, True)
+    e_k, e_v = key_exponents(p_krec + h_k * total_k + k_start, o_k, m_k, True)
     key = _key_factors(e_k, e_v)
     b_kt = b_k  # a placeholder the steps ignore unless DQ_ATOMIC
     if DQ_ATOMIC:
@@ -307,7 +300,7 @@ def _dq_step(acc, b_q, b_do, qry, o_i, k0, p_rows, p_kt, p_krec, geo, span_k, he
     b_k = _load_rows(p_k, o_k, m_k, heads_kv * D, D, MASK)  # [BN, D]
     b_v = _load_rows(p_v, o_k, m_k, heads_kv * D, D, MASK)  # [BN, D]
     b_kt = _load_cols(p_kt, o_k, span_k, tk_t, D, MASK)  # [D, BN]
-    key = _key_factors(*_key_exponents(p_krec, o_k, m_k, MASK))
+    key = _key_factors(*key_exponents(p_krec, o_k, m_k, MASK))
     b_zero = tl.zeros([b_q.shape[0], BN], dtype=tl.float32)
     b_s = mma(b_q, tl.trans(b_k), b_zero, INTERPRET)  # [BM, BN] S
     b_dp = mma(b_do, tl.trans(b_v), b_zero, INTERPRET)  # [BM, BN] dP before its factors
@@ -378,28 +371,6 @@ def _dq_finish_kernel(p_dqa, p_qe, p_dq, scale, inv_sqrt_d, total_q, heads_q, D:
     o_acc = (rows * heads_q + h_q)[:, None] * D + tl.arange(0, D)[None, :]  # [BM, D]
     acc = tl.load(p_dqa + o_acc, mask=m_r[:, None], other=0.0)
     _store_dq(p_dq, p_qe, acc, rows, m_r, h_q, heads_q, scale, inv_sqrt_d, D, ROTATE_STAGES, INTERPRET)
-
-
-def query_records(q_exps: torch.Tensor, do_exps: torch.Tensor, pv: torch.Tensor, m: torch.Tensor, ro: torch.Tensor,
-                  delta: torch.Tensor) -> torch.Tensor:
-    """[Hq, Tq, 4] int32: one 16-byte record per (query head, row) holding the bits of
-    (m, ro, delta) and eQ | edO << 8 | PV << 16 (PV, a maximum of int8 V exponents, fits 16
-    bits). The backward reads one vector per row instead of six: loaded in the MMA's layout,
-    each vector cost every thread a load and 64-bit address arithmetic per query it holds
-    (ncu, H200: integer instructions were a quarter of the dK/dV kernel's).
-    q_exps, do_exps: [Tq, Hq] int8; pv: [Tq, Hkv] int32; m, ro, delta: [Hq, Tq] fp32."""
-    group = q_exps.shape[1] // pv.shape[1]
-    exps = ((q_exps.t().to(torch.int32) & 0xFF) | ((do_exps.t().to(torch.int32) & 0xFF) << 8)
-            | (pv.t().repeat_interleave(group, dim=0) << 16))
-    bits = [x.contiguous().view(torch.int32) for x in (m, ro, delta)]
-    return torch.stack([*bits, exps], dim=-1)
-
-
-def key_records(k_exps: torch.Tensor, v_exps: torch.Tensor) -> torch.Tensor:
-    """[Hkv, Tk] int32: eK | eV << 8 per (KV head, key), tokens contiguous, so that a key
-    step reads one coalesced vector instead of two byte vectors strided by heads.
-    k_exps, v_exps: [Tk, Hkv] int8."""
-    return ((k_exps.t().to(torch.int32) & 0xFF) | ((v_exps.t().to(torch.int32) & 0xFF) << 8)).contiguous()
 
 
 def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v_codes, v_exps, do_codes, do_exps,

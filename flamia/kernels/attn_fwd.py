@@ -23,6 +23,7 @@ from ..masks import effective_window
 from .configs import AttnTiles
 from .fp8 import interpreting, mma, pow2, to_e4m3, to_output
 from .layout import T_ALIGN, check_operand, transposed_extent
+from .records import key_exponents, key_records
 
 LOG2E = math.log2(math.e)
 LN2 = tl.constexpr(math.log(2.0))
@@ -45,12 +46,12 @@ def _load_keys(p, m_in, MASK: tl.constexpr):
 
 
 @triton.jit
-def _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k, p_vt, p_ke, p_ve, k_lo, b_first, b_last,
+def _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k, p_vt, p_krec, k_lo, b_first, b_last,
                  n_k, n_vt, heads_kv, tk_t,
                  TAU: tl.constexpr, D: tl.constexpr, BN: tl.constexpr, MASK: tl.constexpr,
                  INTERPRET: tl.constexpr):
-    """One key tile, steps 1-7 of NUMERICS.md 3. p_k, p_vt, p_ke, p_ve point at the
-    document's first key (K^ row, V^T column, exponents); k_lo: the tile's first key position
+    """One key tile, steps 1-7 of NUMERICS.md 3. p_k, p_vt, p_krec point at the
+    document's first key (K^ row, V^T column, ``key_records``); k_lo: the tile's first key position
     in the document; b_first, b_last [BM]: each row's visible keys (MASK tiles only);
     n_k, n_vt: keys that K^ and V^T hold from the document's first one (load bounds);
     tk_t: V^T's row stride.
@@ -62,8 +63,8 @@ def _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k, p_vt, p_ke, p_ve, k_lo, 
     b_k = _load_keys(p_k + o_tok[:, None] * (heads_kv * D) + o_d[None, :], m_k[:, None], MASK)  # [BN, D]
     p_vt_tile = p_vt + o_d[:, None].to(tl.int64) * tk_t + o_tok[None, :]
     b_vt = _load_keys(p_vt_tile, (o_n < n_vt)[None, :], MASK)      # [D, BN]
-    b_kf = pow2(_load_keys(p_ke + o_tok * heads_kv, m_k, MASK).to(tl.int32))  # [BN]
-    b_vf = pow2(_load_keys(p_ve + o_tok * heads_kv, m_k, MASK).to(tl.int32))  # [BN]
+    e_k, e_v = key_exponents(p_krec, o_n, m_k, MASK)                # [BN] int32
+    b_kf, b_vf = pow2(e_k), pow2(e_v)
 
     b_s = mma(b_q, tl.trans(b_k), tl.zeros([b_q.shape[0], BN], tl.float32), INTERPRET)  # [BM, BN]
     b_x = (b_s * b_qf[:, None]) * b_kf[None, :]
@@ -88,7 +89,7 @@ def _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k, p_vt, p_ke, p_ve, k_lo, 
 
 
 @triton.jit
-def _attn_fwd_kernel(p_q, p_qe, p_k, p_ke, p_vt, p_ve, p_pv, p_cu_q, p_cu_k, p_cu_kt,
+def _attn_fwd_kernel(p_q, p_qe, p_k, p_vt, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt,
                      p_o, p_lse, p_mo, p_ro,
                      total_q, total_k, tk_t, heads_q, heads_kv, s2, window_left, window_right,
                      TAU: tl.constexpr, SIGMA: tl.constexpr, D: tl.constexpr,
@@ -137,8 +138,7 @@ def _attn_fwd_kernel(p_q, p_qe, p_k, p_ke, p_vt, p_ve, p_pv, p_cu_q, p_cu_k, p_c
     k_row = k_start.to(tl.int64)
     p_k_doc = p_k + (k_row * heads_kv + hk) * D
     p_vt_doc = p_vt + hk.to(tl.int64) * D * tk_t + k_start_t.to(tl.int64)
-    p_ke_doc = p_ke + k_row * heads_kv + hk
-    p_ve_doc = p_ve + k_row * heads_kv + hk
+    p_krec_doc = p_krec + hk.to(tl.int64) * total_k + k_row
     b_acc = tl.zeros([BM, D], tl.float32)
     b_l = tl.zeros([BM], tl.float32)
     b_m = tl.full([BM], float("-inf"), tl.float32)
@@ -147,7 +147,7 @@ def _attn_fwd_kernel(p_q, p_qe, p_k, p_ke, p_vt, p_ve, p_pv, p_cu_q, p_cu_k, p_c
     t_runs = (t_lo, u_lo, u_hi, t_hi)
     for run in tl.static_range(3):
         for t in range(t_runs[run], t_runs[run + 1]):
-            b_acc, b_l, b_m = _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k_doc, p_vt_doc, p_ke_doc, p_ve_doc,
+            b_acc, b_l, b_m = _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k_doc, p_vt_doc, p_krec_doc,
                                            t * BN, b_first, b_last, total_k - k_start, tk_t - k_start_t,
                                            heads_kv, tk_t,
                                            TAU, D, BN, run != 1, INTERPRET)
@@ -209,7 +209,7 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
     if tq == 0 or min(grid) == 0:
         return out, lse, m, ro
     _attn_fwd_kernel[grid](
-        q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, cu_seqlens_q, cu_seqlens_k, cu_seqlens_k_t,
+        q_codes, q_exps, k_codes, v_codes_t, key_records(k_exps, v_exps), pv, cu_seqlens_q, cu_seqlens_k, cu_seqlens_k_t,
         out, lse, m, ro,
         tq, tk, tk_t, hq, hkv, softmax_scale * LOG2E, wl, wr,
         TAU=tau, SIGMA=sigma, D=d, BM=tiles.fwd_block_m, BN=tiles.fwd_block_n,
