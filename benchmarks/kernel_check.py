@@ -199,7 +199,7 @@ def tune(report, only="", name="eq8x8k"):
     report["tune"] = rows
 
 
-def profile(report, names=("eq8x8k", "logu11-16k")):
+def profile(report, names=("eq8x8k", "skew8k+224x256", "logu11-16k")):
     """Where the training call's time goes: CUDA time per kernel (torch.profiler) over three
     training calls, the ten largest entries and their share."""
     from torch.profiler import ProfilerActivity
