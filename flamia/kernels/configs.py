@@ -22,7 +22,9 @@ class AttnTiles:
     rotate-back (same machine and versions, 2026-11-29, kernel_check.py's TUNE): fwd 320 ->
     428 TFLOP/s with 64-row query tiles (8 warps 334, 64-key tiles 246, 2 or 4 stages
     174-188), bwd 147 -> 181 with 3 stages (64-query steps 112, 4 warps 51, 128-key dQ steps
-    136). d=64 is untuned and shares these."""
+    136). Re-checked after the records of kernels/records.py (2026-11-29, eq8x8k, kernel-only):
+    bwd 264 TFLOP/s against 255 with 64-query steps and 258 with 128-key dQ steps; fwd 491
+    against 408 with 128-row tiles and 8 warps. d=64 is untuned and shares these."""
 
     fwd_block_m: int = 64
     fwd_block_n: int = 128
