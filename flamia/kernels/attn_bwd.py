@@ -30,7 +30,7 @@ from .fp8 import E4M3_EQ, E4M3_MQ, e4m3_grid, interpreting, mma, pow2, scale_exp
 from .hadamard import rotate
 from .layout import T_ALIGN as _T_ALIGN
 from .layout import check_operand, transposed_extent
-from .records import key_exponents, key_records, query_records
+from .records import key_exponents, key_records, query_fields, query_records
 
 LOG2E = math.log2(math.e)
 T_ALIGN = tl.constexpr(_T_ALIGN)  # the transposed codes' documents start at multiples of this column
@@ -67,24 +67,10 @@ def _load_cols(p, o_t, span, stride, D: tl.constexpr, MASK: tl.constexpr):
 @triton.jit
 def _query_factors(p_rec, o_i, m_i, s2, SIGMA: tl.constexpr, MASK: tl.constexpr):
     """Per-query vectors [N] of rows o_i: (qf = s2 2^eQ, qg = 2^eQ, m, rf = 2^(sigma - PV),
-    ro, dof = 2^edO, delta), from one 16-byte record per row (``query_records``; p_rec at
-    the document's first row of the head). Rows past the document's end get m = +inf and
-    ro = 0, so their P and G vanish."""
-    o_r = o_i.to(tl.int64)[:, None] * 4 + tl.arange(0, 4)[None, :]  # [N, 4]
-    # (m, ro, delta, exps) of a row past the end: (+inf, 0, 0, 0)
-    past_end = tl.where(tl.arange(0, 4) == 0, 0x7F800000, 0)[None, :]
-    rec = _load(p_rec + o_r, m_i[:, None], past_end, MASK)  # [N, 4] int32
-    # [N, 4] -> [N, 2, 2]: split takes the last axis, so (m, delta) then (ro, exps)
-    even, odd = tl.split(tl.reshape(rec, [rec.shape[0], 2, 2]))
-    m_bits, delta_bits = tl.split(even)
-    ro_bits, exps = tl.split(odd)
-    e_q = (exps << 24) >> 24  # signed bytes back to int32
-    e_do = (exps << 16) >> 24
-    pv = exps >> 16
+    ro, dof = 2^edO, delta), from their records (``records.query_fields``). Rows past the
+    document's end get m = +inf and ro = 0, so their P and G vanish."""
+    m, ro, delta, e_q, e_do, pv = query_fields(p_rec, o_i, m_i, MASK)
     qg = pow2(e_q)
-    m = m_bits.to(tl.float32, bitcast=True)
-    ro = ro_bits.to(tl.float32, bitcast=True)
-    delta = delta_bits.to(tl.float32, bitcast=True)
     return s2 * qg, qg, m, pow2(SIGMA - pv), ro, pow2(e_do), delta
 
 

@@ -15,7 +15,7 @@ def query_records(q_exps: torch.Tensor, do_exps: torch.Tensor, pv: torch.Tensor,
                   delta: torch.Tensor) -> torch.Tensor:
     """[Hq, Tq, 4] int32: one 16-byte record per (query head, row) holding the bits of
     (m, ro, delta) and eQ | edO << 8 | PV << 16 (PV, a maximum of int8 V exponents, fits 16
-    bits); the backward decodes it in ``attn_bwd._query_factors``.
+    bits); ``query_fields`` decodes it.
     q_exps, do_exps: [Tq, Hq] int8; pv: [Tq, Hkv] int32; m, ro, delta: [Hq, Tq] fp32."""
     group = q_exps.shape[1] // pv.shape[1]
     exps = ((q_exps.t().to(torch.int32) & 0xFF) | ((do_exps.t().to(torch.int32) & 0xFF) << 8)
@@ -41,3 +41,23 @@ def key_exponents(p_krec, o_k, m_k, MASK: tl.constexpr):
     else:
         rec = tl.load(p)
     return (rec << 24) >> 24, (rec << 16) >> 24
+
+
+@triton.jit
+def query_fields(p_rec, o_i, m_i, MASK: tl.constexpr):
+    """(m, ro, delta fp32, eQ, edO, PV int32), each [N], of rows o_i from their records
+    (``query_records``; p_rec at the document's first row of the head). With MASK, rows
+    where m_i is false read (+inf, 0, 0, 0, 0, 0): no key is visible to them."""
+    o_r = o_i.to(tl.int64)[:, None] * 4 + tl.arange(0, 4)[None, :]  # [N, 4]
+    if MASK:
+        past_end = tl.where(tl.arange(0, 4) == 0, 0x7F800000, 0)[None, :]  # +inf's bits, then zeros
+        rec = tl.load(p_rec + o_r, mask=m_i[:, None], other=past_end)  # [N, 4] int32
+    else:
+        rec = tl.load(p_rec + o_r)
+    # [N, 4] -> [N, 2, 2]: split takes the last axis, so (m, delta) then (ro, exps)
+    even, odd = tl.split(tl.reshape(rec, [rec.shape[0], 2, 2]))
+    m_bits, delta_bits = tl.split(even)
+    ro_bits, exps = tl.split(odd)
+    f32 = tl.float32
+    return (m_bits.to(f32, bitcast=True), ro_bits.to(f32, bitcast=True), delta_bits.to(f32, bitcast=True),
+            (exps << 24) >> 24, (exps << 16) >> 24, exps >> 16)
