@@ -26,7 +26,8 @@ from ..formats.hadamard import HADAMARD_DIMS
 from ..masks import effective_window
 from ..validation import INPUT_DTYPES
 from .configs import SUPPORTED_HEAD_DIMS, AttnTiles
-from .fp8 import E4M3_EQ, E4M3_MQ, e4m3_grid, interpreting, mma, pow2, scale_exponent, to_e4m3, to_output
+from .fp8 import (E4M3_EQ, E4M3_MQ, e4m3_grid, interpreting, maybe_masked_load, mma, pow2, scale_exponent, to_e4m3,
+                  to_output)
 from .hadamard import rotate
 from .layout import T_ALIGN as _T_ALIGN
 from .layout import check_operand, transposed_extent
@@ -37,21 +38,11 @@ T_ALIGN = tl.constexpr(_T_ALIGN)  # the transposed codes' documents start at mul
 
 
 @triton.jit
-def _load(ptrs, mask, other, MASK: tl.constexpr):
-    """tl.load, masked only in steps that may cross a document's end."""
-    if MASK:
-        b = tl.load(ptrs, mask=mask, other=other)
-    else:
-        b = tl.load(ptrs)
-    return b
-
-
-@triton.jit
 def _load_rows(p, o_t, m_t, stride, D: tl.constexpr, MASK: tl.constexpr):
     """[N, D] codes of tokens o_t [N] of a row-major [T, H, D] tensor (p at the document's
     first token and the head; stride = H * D)."""
     o_x = o_t.to(tl.int64)[:, None] * stride + tl.arange(0, D)[None, :]  # [N, D]
-    return _load(p + o_x, m_t[:, None], 0.0, MASK)
+    return maybe_masked_load(p + o_x, m_t[:, None], 0.0, MASK)
 
 
 @triton.jit
@@ -61,7 +52,7 @@ def _load_cols(p, o_t, span, stride, D: tl.constexpr, MASK: tl.constexpr):
     length rounded up to T_ALIGN: its columns past the end hold zero codes, and a bound that
     is a multiple of T_ALIGN keeps the mask constant over 16-byte vectors."""
     o_x = tl.arange(0, D).to(tl.int64)[:, None] * stride + o_t[None, :]  # [D, N]
-    return _load(p + o_x, (o_t < span)[None, :], 0.0, MASK)
+    return maybe_masked_load(p + o_x, (o_t < span)[None, :], 0.0, MASK)
 
 
 @triton.jit

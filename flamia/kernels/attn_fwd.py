@@ -21,7 +21,7 @@ import triton.language as tl
 
 from ..masks import effective_window
 from .configs import AttnTiles
-from .fp8 import interpreting, mma, pow2, to_e4m3, to_output
+from .fp8 import interpreting, maybe_masked_load, mma, pow2, to_e4m3, to_output
 from .layout import T_ALIGN, check_operand, transposed_extent
 from .records import key_exponents, key_records
 
@@ -29,20 +29,6 @@ LOG2E = math.log2(math.e)
 LN2 = tl.constexpr(math.log(2.0))
 V_ALIGN = tl.constexpr(T_ALIGN)  # V^T: every document starts at a multiple of this many columns
 HEAD_DIMS = (64, 128)
-
-
-@triton.jit
-def _load_keys(p, m_in, MASK: tl.constexpr):
-    """A key-indexed load. Unmasked tiles lie inside their document and load without a mask;
-    masked tiles may reach past it, and ``m_in`` (zero fill) keeps them inside the *tensor*
-    only: keys past the document are finite codes (the next document's, or V^T's zero
-    columns) whose P is zero. V^T's bound and its document start, multiples of 16, keep the
-    mask constant over 16-byte vectors."""
-    if MASK:
-        b = tl.load(p, mask=m_in, other=0.0)
-    else:
-        b = tl.load(p)
-    return b
 
 
 @triton.jit
@@ -60,9 +46,13 @@ def _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k, p_vt, p_krec, k_lo, b_fi
     o_d = tl.arange(0, D)
     o_tok = o_n.to(tl.int64)
     m_k = o_n < n_k
-    b_k = _load_keys(p_k + o_tok[:, None] * (heads_kv * D) + o_d[None, :], m_k[:, None], MASK)  # [BN, D]
+    # Key-indexed loads: unmasked tiles lie inside their document; in masked tiles the mask
+    # keeps the load inside the *tensor* only: keys past the document are finite codes (the
+    # next document's, or V^T's zero columns) whose P is zero. V^T's bound and its document
+    # start, multiples of 16, keep the mask constant over 16-byte vectors.
+    b_k = maybe_masked_load(p_k + o_tok[:, None] * (heads_kv * D) + o_d[None, :], m_k[:, None], 0.0, MASK)  # [BN, D]
     p_vt_tile = p_vt + o_d[:, None].to(tl.int64) * tk_t + o_tok[None, :]
-    b_vt = _load_keys(p_vt_tile, (o_n < n_vt)[None, :], MASK)      # [D, BN]
+    b_vt = maybe_masked_load(p_vt_tile, (o_n < n_vt)[None, :], 0.0, MASK)  # [D, BN]
     e_k, e_v = key_exponents(p_krec, o_n, m_k, MASK)                # [BN] int32
     b_kf, b_vf = pow2(e_k), pow2(e_v)
 
@@ -209,8 +199,8 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
     if tq == 0 or min(grid) == 0:
         return out, lse, m, ro
     _attn_fwd_kernel[grid](
-        q_codes, q_exps, k_codes, v_codes_t, key_records(k_exps, v_exps), pv, cu_seqlens_q, cu_seqlens_k, cu_seqlens_k_t,
-        out, lse, m, ro,
+        q_codes, q_exps, k_codes, v_codes_t, key_records(k_exps, v_exps), pv, cu_seqlens_q, cu_seqlens_k,
+        cu_seqlens_k_t, out, lse, m, ro,
         tq, tk, tk_t, hq, hkv, softmax_scale * LOG2E, wl, wr,
         TAU=tau, SIGMA=sigma, D=d, BM=tiles.fwd_block_m, BN=tiles.fwd_block_n,
         INTERPRET=interpreting(), num_warps=tiles.fwd_warps, num_stages=tiles.fwd_stages)

@@ -1,6 +1,7 @@
 """Triton helpers shared by the kernels: exact powers of two, scale exponents, E4M3 rounding,
-FP8 matrix products. The Triton interpreter's known bugs are worked around here and only
-here (``INTERPRET`` is a constexpr the launchers pass):
+FP8 matrix products, loads masked only where a tile may leave its document. The Triton
+interpreter's known bugs are worked around here and only here (``INTERPRET`` is a constexpr
+the launchers pass):
 - its fp32 -> fp8 ``.to()`` mis-rounds about 2% of values, so values are first rounded to the
   E4M3 grid in fp32 (bit-exact round-to-nearest-even), which makes the cast exact;
 - its ``tl.dot`` on low-precision operands is unreliable, so operands are upcast to fp32;
@@ -59,8 +60,8 @@ def e4m3_grid(x, INTERPRET: tl.constexpr):
     scales keep |x| <= 448, where it equals ``round_e4m3``). On the GPU a round trip through
     the hardware conversions, 2.5 instructions per value against about 15 integer and fp32
     operations for ``round_e4m3``: the backward rounds every P code this way, and its
-    kernels are bound by instruction issue (ncu, H200: issue slots 50-60% busy, integer ALU
-    the busiest pipe). Returning fp32, not fp8, keeps an fp8 tensor that also feeds a wgmma
+    kernels are bound by instruction issue (ncu, H200, 2026-11-29: issue slots 50-60% busy,
+    integer ALU the busiest pipe). Returning fp32, not fp8, keeps an fp8 tensor that also feeds a wgmma
     from being converted back (the Triton 3.6 miscompile in attn_bwd.py)."""
     if INTERPRET:
         return round_e4m3(x)
@@ -84,6 +85,17 @@ def to_e4m3(x, INTERPRET: tl.constexpr):
     if INTERPRET:
         x = round_e4m3(x)
     return x.to(tl.float8e4nv)
+
+
+@triton.jit
+def maybe_masked_load(ptrs, mask, other, MASK: tl.constexpr):
+    """tl.load, masked (fill ``other``) only when MASK: tiles and steps known to lie inside
+    their document compile without the mask and its predicates."""
+    if MASK:
+        b = tl.load(ptrs, mask=mask, other=other)
+    else:
+        b = tl.load(ptrs)
+    return b
 
 
 @triton.jit

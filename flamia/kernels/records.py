@@ -10,6 +10,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .fp8 import maybe_masked_load
+
 
 def query_records(q_exps: torch.Tensor, do_exps: torch.Tensor, pv: torch.Tensor, m: torch.Tensor, ro: torch.Tensor,
                   delta: torch.Tensor) -> torch.Tensor:
@@ -35,11 +37,7 @@ def key_records(k_exps: torch.Tensor, v_exps: torch.Tensor) -> torch.Tensor:
 def key_exponents(p_krec, o_k, m_k, MASK: tl.constexpr):
     """(eK, eV) int32 [N] of keys o_k from their records (``key_records``; p_krec at the
     document's first key of the head); MASK: mask the load with m_k (zero fill)."""
-    p = p_krec + o_k.to(tl.int64)
-    if MASK:
-        rec = tl.load(p, mask=m_k, other=0)  # [N] int32
-    else:
-        rec = tl.load(p)
+    rec = maybe_masked_load(p_krec + o_k.to(tl.int64), m_k, 0, MASK)  # [N] int32
     return (rec << 24) >> 24, (rec << 16) >> 24
 
 
@@ -49,11 +47,8 @@ def query_fields(p_rec, o_i, m_i, MASK: tl.constexpr):
     (``query_records``; p_rec at the document's first row of the head). With MASK, rows
     where m_i is false read (+inf, 0, 0, 0, 0, 0): no key is visible to them."""
     o_r = o_i.to(tl.int64)[:, None] * 4 + tl.arange(0, 4)[None, :]  # [N, 4]
-    if MASK:
-        past_end = tl.where(tl.arange(0, 4) == 0, 0x7F800000, 0)[None, :]  # +inf's bits, then zeros
-        rec = tl.load(p_rec + o_r, mask=m_i[:, None], other=past_end)  # [N, 4] int32
-    else:
-        rec = tl.load(p_rec + o_r)
+    past_end = tl.where(tl.arange(0, 4) == 0, 0x7F800000, 0)[None, :]  # +inf's bits, then zeros
+    rec = maybe_masked_load(p_rec + o_r, m_i[:, None], past_end, MASK)  # [N, 4] int32
     # [N, 4] -> [N, 2, 2]: split takes the last axis, so (m, delta) then (ro, exps)
     even, odd = tl.split(tl.reshape(rec, [rec.shape[0], 2, 2]))
     m_bits, delta_bits = tl.split(even)
