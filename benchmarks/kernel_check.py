@@ -129,21 +129,21 @@ def kernel_only(i, causal, t=None):
     d = i.q.shape[-1]
     t = t or tiles_for(d)
     cu, n = i.cu_seqlens, i.max_seqlen
-    qq = quantize_operand(i.q, cu, n, 32, d == 128, True)
-    kq = quantize_operand(i.k, cu, n, 32, d == 128, True)
-    vq = quantize_operand(i.v, cu, n, 32, False, True)
+    qq = quantize_operand(i.q, cu, 32, d == 128, True)
+    kq = quantize_operand(i.k, cu, 32, d == 128, True)
+    vq = quantize_operand(i.v, cu, 32, False, True)
     pv = prefix_v_exponent(vq.exps, cu, cu, i.q.shape[0], causal, (-1, -1))
     kw = dict(causal=causal, window_size=(-1, -1), softmax_scale=d ** -0.5)
     fwd = lambda: attention_forward(qq.codes, qq.exps, kq.codes, kq.exps, vq.codes_t, vq.exps, pv, cu, cu,
-                                    vq.cu_seqlens_t, n, n, tau=4, sigma=4, tiles=t, **kw)
+                                    vq.cu_seqlens_t, tau=4, sigma=4, tiles=t, **kw)
     out, lse, m, ro = fwd()
-    go = quantize_grad_output(i.do, out, ro, cu, n, 32, t.bwd_block_m)
+    go = quantize_grad_output(i.do, out, ro, cu, 32, t.bwd_block_m)
     bwd = lambda: attention_backward(qq.codes, qq.codes_t, qq.exps, kq.codes, kq.codes_t, kq.exps, vq.codes, vq.exps,
                                      go.do_codes, go.do_exps, go.dot_codes_t, go.dot_exps, go.delta, m, ro, pv,
-                                     cu, cu, qq.cu_seqlens_t, kq.cu_seqlens_t, n, n, sigma=4, tiles=t,
+                                     cu, cu, qq.cu_seqlens_t, kq.cu_seqlens_t, sigma=4, tiles=t,
                                      rotate=d == 128, out_dtype=i.q.dtype, **kw)
-    quant = lambda: (quantize_operand(i.q, cu, n, 32, d == 128, True), quantize_operand(i.k, cu, n, 32, d == 128, True),
-                     quantize_operand(i.v, cu, n, 32, False, True))
+    quant = lambda: (quantize_operand(i.q, cu, 32, d == 128, True), quantize_operand(i.k, cu, 32, d == 128, True),
+                     quantize_operand(i.v, cu, 32, False, True))
     qbytes = 3 * i.q.numel() * (2 + 2)  # read bf16, write row-major + transposed fp8
     return fwd, bwd, quant, qbytes
 

@@ -45,7 +45,7 @@ def kernel_inputs(fwd, do) -> tuple[tuple, dict]:
     args = (q.codes.to(FP8), transposed(q.codes, cu_q), q.exps.to(i8), k.codes.to(FP8), transposed(k.codes, cu_k),
             k.exps.to(i8), v.codes.to(FP8), v.exps.to(i8), g_do.codes.to(FP8), g_do.exps.to(i8),
             transposed(g_dot.codes, cu_q), g_dot.exps.to(i8), go.delta, fwd.m, fwd.ro, fwd.pv, cu_q, cu_k,
-            aligned_starts(cu_q), aligned_starts(cu_k), spec.max_seqlen_q, spec.max_seqlen_k)
+            aligned_starts(cu_q), aligned_starts(cu_k))
     kwargs = dict(causal=spec.causal, window_size=spec.window_size, softmax_scale=spec.softmax_scale,
                   sigma=spec.recipe.sigma, tiles=t, rotate=fwd.numerics.hadamard)
     return args, kwargs
@@ -154,7 +154,7 @@ def test_backward_names_bad_argument():
     args = [codes, codes_t, exps, codes, codes_t, exps, codes, exps, codes, exps, codes_t,
             exps.int(),  # dot_exps: not int8
             stats, stats, stats, torch.zeros((t, h), dtype=torch.int32), *[cu_seqlens([t]).cpu()] * 2,
-            *[aligned_starts(cu_seqlens([t]).cpu())] * 2, t, t]
+            *[aligned_starts(cu_seqlens([t]).cpu())] * 2]
     with pytest.raises(ValueError, match="^dot_exps: "):
         attention_backward(*args, causal=True, window_size=(-1, -1), softmax_scale=0.125, sigma=4, tiles=AttnTiles())
 

@@ -46,7 +46,7 @@ def launch(fwd):
     """The kernel on the emulator's operands, with the emulator's call description and tiles."""
     sp = fwd.spec
     return attention_forward(*kernel_inputs(fwd), sp.cu_seqlens_q, sp.cu_seqlens_k, aligned_starts(sp.cu_seqlens_k),
-                             sp.max_seqlen_q, sp.max_seqlen_k, causal=sp.causal, window_size=sp.window_size,
+                             causal=sp.causal, window_size=sp.window_size,
                              softmax_scale=sp.softmax_scale, tau=sp.recipe.tau, sigma=sp.recipe.sigma, tiles=fwd.tiles)
 
 
@@ -143,7 +143,7 @@ def test_forward_names_bad_argument():
     args = [torch.zeros((t, h, d), dtype=FP8), torch.zeros((t, h), dtype=torch.int32),  # q_exps: not int8
             torch.zeros((t, h, d), dtype=FP8), torch.zeros((t, h), dtype=i8),
             torch.zeros((h, d, 32), dtype=FP8), torch.zeros((t, h), dtype=i8), torch.zeros((t, h), dtype=torch.int32),
-            cu_seqlens([t]).cpu(), cu_seqlens([t]).cpu(), aligned_starts(cu_seqlens([t]).cpu()), t, t]
+            cu_seqlens([t]).cpu(), cu_seqlens([t]).cpu(), aligned_starts(cu_seqlens([t]).cpu())]
     with pytest.raises(ValueError, match="^q_exps: "):
         attention_forward(*args, causal=True, window_size=(-1, -1), softmax_scale=0.125, tau=4, sigma=4,
                           tiles=AttnTiles())

@@ -10,7 +10,8 @@ atomics (``AttnTiles.dq_atomic`` moves dQ into the dK/dV kernel, see ``_dq_atomi
   dV += P^T dOt^ and dK += G^T Q^, come out of the softmax in place without a transpose.
 - dQ: a program per (query tile of ``dq_block_m`` rows, document, query head) loops over the
   key steps of ``dq_block_n`` keys that the tile sees.
-Tiles and steps start at document starts. Steps whose pairs are all visible run the same
+Programs come from a ``worklist.tile_list`` (only tiles that hold tokens; long documents
+first). Tiles and steps start at document starts. Steps whose pairs are all visible run the same
 body as the others with the mask (and the masked loads) compiled out.
 Hopper's FP8 MMA needs K-major operands, hence the transposed inputs: dK reads Q^T, dQ reads
 K^T and dV reads dOt^T, with tokens contiguous and every document starting at a multiple of
@@ -32,6 +33,7 @@ from .hadamard import rotate
 from .layout import T_ALIGN as _T_ALIGN
 from .layout import check_operand, transposed_extent
 from .records import key_exponents, key_records, query_fields, query_records
+from .worklist import program_tile, tile_list
 
 LOG2E = math.log2(math.e)
 T_ALIGN = tl.constexpr(_T_ALIGN)  # the transposed codes' documents start at multiples of this column
@@ -210,21 +212,24 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_r
 
 @triton.jit
 def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_krec, p_cu_q, p_cu_k, p_cu_qt,
-                 p_cu_kt, p_dk, p_dv, p_dqa, s2, scale, inv_sqrt_d, wl, wr, total_q, total_k, heads_q, tq_t, tk_t,
+                 p_cu_kt, p_work, width, p_dk, p_dv, p_dqa, s2, scale, inv_sqrt_d, wl, wr, total_q, total_k, heads_q,
+                 tq_t, tk_t,
                  GROUP: tl.constexpr, SIGMA: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
                  BN: tl.constexpr, ROTATE_STAGES: tl.constexpr, DQ_ATOMIC: tl.constexpr, INTERPRET: tl.constexpr):
-    """Program (key tile, document, KV head): dK and dV [BN, D] of the tile, summed over the
-    query heads of its GQA group, stored in p_dk's dtype (dK rotated back when
+    """Program ((document, key tile), KV head): dK and dV [BN, D] of the tile, summed over
+    the query heads of its GQA group, stored in p_dk's dtype (dK rotated back when
     ROTATE_STAGES > 0); with DQ_ATOMIC, also the tile's dQ payloads, added to the fp32
-    accumulator p_dqa [Tq, Hq, D] (p_kt, tk_t: K^T codes; unused otherwise). Tile 0 goes
-    first: under a causal mask it sees the most queries."""
-    doc, h_k = tl.program_id(1), tl.program_id(2).to(tl.int64)
+    accumulator p_dqa [Tq, Hq, D] (p_kt, tk_t: K^T codes; unused otherwise). The work list
+    (``worklist.tile_list``) puts long documents first and, in each, tile 0: under a causal
+    mask it sees the most queries."""
+    doc, tile = program_tile(p_work, width)
+    if doc < 0:
+        return
+    h_k = tl.program_id(1).to(tl.int64)
     heads_kv = heads_q // GROUP
     q_start, len_q, q_start_t, span_q = _doc_bounds(p_cu_q, p_cu_qt, doc)
     k_start, len_k, k_start_t, span_k = _doc_bounds(p_cu_k, p_cu_kt, doc)
-    k0 = tl.program_id(0) * BN
-    if k0 >= len_k:
-        return
+    k0 = tile * BN
     geo = (len_q, len_k, wl, wr)
     o_k = k0 + tl.arange(0, BN)  # [BN] key positions
     m_k = o_k < len_k
@@ -286,21 +291,23 @@ def _dq_step(acc, b_q, b_do, qry, o_i, k0, p_rows, p_kt, p_krec, geo, span_k, he
 
 
 @triton.jit
-def _dq_kernel(p_q, p_qe, p_k, p_kt, p_v, p_do, p_rec, p_krec, p_cu_q, p_cu_k, p_cu_qt, p_cu_kt, p_dq, s2, scale,
+def _dq_kernel(p_q, p_qe, p_k, p_kt, p_v, p_do, p_rec, p_krec, p_cu_q, p_cu_k, p_cu_qt, p_cu_kt, p_work, width, p_dq,
+               s2, scale,
                inv_sqrt_d, wl, wr, total_q, total_k, heads_q, tk_t, GROUP: tl.constexpr,
                SIGMA: tl.constexpr, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
                ROTATE_STAGES: tl.constexpr, INTERPRET: tl.constexpr):
-    """Program (query tile, document, query head): dQ [BM, D] of the tile in p_dq's dtype
-    (rotated back when ROTATE_STAGES > 0). The tile index is reversed so that the longest
-    causal tiles start first."""
-    doc, h_q = tl.program_id(1), tl.program_id(2).to(tl.int64)
+    """Program ((document, query tile), query head): dQ [BM, D] of the tile in p_dq's dtype
+    (rotated back when ROTATE_STAGES > 0). The work list puts long documents first and, in
+    each, the last tile: under a causal mask it sees the most keys."""
+    doc, tile = program_tile(p_work, width)
+    if doc < 0:
+        return
+    h_q = tl.program_id(1).to(tl.int64)
     heads_kv = heads_q // GROUP
     h_k = h_q // GROUP
     q_start, len_q, _, _ = _doc_bounds(p_cu_q, p_cu_qt, doc)
     k_start, len_k, k_start_t, span_k = _doc_bounds(p_cu_k, p_cu_kt, doc)
-    i0 = (tl.num_programs(0) - 1 - tl.program_id(0)) * BM
-    if i0 >= len_q:
-        return
+    i0 = tile * BM
     geo = (len_q, len_k, wl, wr)
     o_i = i0 + tl.arange(0, BM)  # [BM] query positions
     m_i = o_i < len_q
@@ -352,7 +359,7 @@ def _dq_finish_kernel(p_dqa, p_qe, p_dq, scale, inv_sqrt_d, total_q, heads_q, D:
 
 def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v_codes, v_exps, do_codes, do_exps,
                        dot_codes_t, dot_exps, delta, m, ro, pv, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t,
-                       max_seqlen_q, max_seqlen_k, *, causal: bool, window_size: tuple[int, int], softmax_scale: float,
+                       *, causal: bool, window_size: tuple[int, int], softmax_scale: float,
                        sigma: int, tiles: AttnTiles, rotate: bool = False,
                        out_dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dQ, dK, dV of the MXFP8 route (NUMERICS.md 4), with dQ and dK rotated back by the
@@ -364,8 +371,7 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     constant over each query step of ``tiles.bwd_block_m`` rows from the document start);
     k_exps, v_exps [Tk, Hkv]. delta, m, ro: [Hq, Tq] fp32 (m = +inf and ro = 0 on rows that
     see no key); pv: [Tq, Hkv] int32; cu_seqlens_q/k: int32 [num_docs + 1], with
-    cu_seqlens_*[-1] = T (rows outside every document are not written) and no document longer
-    than its max_seqlen; cu_seqlens_q_t/k_t: int32 [num_docs + 1], the transposed codes'
+    cu_seqlens_*[-1] = T (rows outside every document are not written); cu_seqlens_q_t/k_t: int32 [num_docs + 1], the transposed codes'
     document starts (``aligned_starts``, as the quantizers return them). D is 64 or 128 and
     Hq a multiple of Hkv.
     Returns dq [Tq, Hq, D], dk and dv [Tk, Hkv, D] in ``out_dtype`` (fp32, bf16 or fp16,
@@ -405,7 +411,7 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
         return dq.zero_(), dk.zero_(), dv.zero_()
     wl, wr = effective_window(causal, window_size)
     # An unbounded side becomes a bound no pair reaches, so one visibility rule serves all masks.
-    unbounded = int(max_seqlen_q) + int(max_seqlen_k)
+    unbounded = tq + tk
     wl, wr = (w if w >= 0 else unbounded for w in (wl, wr))
     args = dict(s2=softmax_scale * LOG2E, scale=softmax_scale, inv_sqrt_d=1.0 / math.sqrt(d), wl=wl, wr=wr,
                 total_q=tq, total_k=tk, heads_q=hq, GROUP=hq // hkv, SIGMA=sigma, D=d,
@@ -414,12 +420,13 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     # dq_atomic: the dK/dV kernel adds every dQ payload into an fp32 [Tq, Hq, D] buffer
     # (zeroed here, inside the captured call), which one more pass scales and stores.
     dq_sums = torch.zeros((tq, hq, d), dtype=torch.float32, device=dev) if tiles.dq_atomic else dq
-    grid = (triton.cdiv(max_seqlen_k, tiles.bwd_block_n), num_docs, hkv)
+    work = tile_list(cu_seqlens_k, tk, tiles.bwd_block_n, reverse=False)
     records, krecords = query_records(q_exps, do_exps, pv, m, ro, delta), key_records(k_exps, v_exps)
-    _dkdv_kernel[grid](q_codes, q_codes_t, k_codes, k_codes_t, v_codes, do_codes,
-                       dot_codes_t, dot_exps, records, krecords, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t,
-                       cu_seqlens_k_t, dk, dv, dq_sums, tq_t=tq_t, tk_t=tk_t, BM=tiles.bwd_block_m,
-                       BN=tiles.bwd_block_n, DQ_ATOMIC=tiles.dq_atomic, **args)
+    _dkdv_kernel[(work.shape[1], hkv)](q_codes, q_codes_t, k_codes, k_codes_t, v_codes, do_codes,
+                                       dot_codes_t, dot_exps, records, krecords, cu_seqlens_q, cu_seqlens_k,
+                                       cu_seqlens_q_t, cu_seqlens_k_t, work, work.shape[1], dk, dv, dq_sums,
+                                       tq_t=tq_t, tk_t=tk_t, BM=tiles.bwd_block_m, BN=tiles.bwd_block_n,
+                                       DQ_ATOMIC=tiles.dq_atomic, **args)
     if tiles.dq_atomic:
         grid = (triton.cdiv(tq, tiles.dq_block_m), hq)
         # the dQ kernel's epilogue constants, from the same dict
@@ -427,8 +434,8 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
                                                   "INTERPRET")}
         _dq_finish_kernel[grid](dq_sums, q_exps, dq, BM=tiles.dq_block_m, **epilogue)
         return dq, dk, dv
-    grid = (triton.cdiv(max_seqlen_q, tiles.dq_block_m), num_docs, hq)
-    _dq_kernel[grid](q_codes, q_exps, k_codes, k_codes_t, v_codes, do_codes, records, krecords, cu_seqlens_q,
-                     cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, dq, tk_t=tk_t, BM=tiles.dq_block_m,
-                     BN=tiles.dq_block_n, **args)
+    work = tile_list(cu_seqlens_q, tq, tiles.dq_block_m, reverse=True)
+    _dq_kernel[(work.shape[1], hq)](q_codes, q_exps, k_codes, k_codes_t, v_codes, do_codes, records, krecords,
+                                    cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, work, work.shape[1],
+                                    dq, tk_t=tk_t, BM=tiles.dq_block_m, BN=tiles.dq_block_n, **args)
     return dq, dk, dv

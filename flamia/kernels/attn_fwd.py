@@ -1,8 +1,8 @@
 """The Triton forward of the MXFP8 route (NUMERICS.md 3), on packed documents.
 
-Programs map to (query tile, document, query head) through the grid
-(cdiv(max_seqlen_q, BM), num_docs, Hq); the tile index is reversed so that the longest causal
-tiles start first, and programs past their document's end return. Query tiles of BM rows and
+Programs map to ((document, query tile), query head) through the grid (W, Hq) and a
+``worklist.tile_list``: long documents first and, in each, the last tile (under a causal mask
+it sees the most keys); only tiles that hold queries get a program. Query tiles of BM rows and
 key tiles of BN keys start at the document start, as in the emulator, so the integer running
 max rises at the same places. A program visits only the key tiles that intersect its visible
 range, in ascending order, and masks only the tiles that hold both visible and hidden pairs
@@ -10,8 +10,7 @@ range, in ascending order, and masks only the tiles that hold both visible and h
 both kinds through its ``MASK`` constexpr.
 
 Nothing is read back to the host, so the launch can be captured in a CUDA graph.
-``cu_seqlens_q[-1]`` must equal Tq (rows outside every document are not written) and no
-document may be longer than its ``max_seqlen``.
+``cu_seqlens_q[-1]`` must equal Tq (rows outside every document are not written).
 """
 import math
 
@@ -24,6 +23,7 @@ from .configs import AttnTiles
 from .fp8 import interpreting, maybe_masked_load, mma, pow2, to_e4m3, to_output
 from .layout import T_ALIGN, check_operand, transposed_extent
 from .records import key_exponents, key_records
+from .worklist import program_tile, tile_list
 
 LOG2E = math.log2(math.e)
 LN2 = tl.constexpr(math.log(2.0))
@@ -79,23 +79,22 @@ def _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k, p_vt, p_krec, k_lo, b_fi
 
 
 @triton.jit
-def _attn_fwd_kernel(p_q, p_qe, p_k, p_vt, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt,
+def _attn_fwd_kernel(p_q, p_qe, p_k, p_vt, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt, p_work, width,
                      p_o, p_lse, p_mo, p_ro,
                      total_q, total_k, tk_t, heads_q, heads_kv, s2, window_left, window_right,
                      TAU: tl.constexpr, SIGMA: tl.constexpr, D: tl.constexpr,
                      BM: tl.constexpr, BN: tl.constexpr, INTERPRET: tl.constexpr):
-    """One (query tile, document, query head) program; see the module docstring."""
-    tile = tl.num_programs(0) - 1 - tl.program_id(0)  # longest causal tiles first
-    doc = tl.program_id(1)
-    h = tl.program_id(2)
+    """One ((document, query tile), query head) program; see the module docstring."""
+    doc, tile = program_tile(p_work, width)  # longest documents, and their last tiles, first
+    if doc < 0:
+        return
+    h = tl.program_id(1)
     hk = h // (heads_q // heads_kv)
     q_start = tl.load(p_cu_q + doc)
     len_q = tl.load(p_cu_q + doc + 1) - q_start
     k_start = tl.load(p_cu_k + doc)
     len_k = tl.load(p_cu_k + doc + 1) - k_start
     i0 = tile * BM
-    if i0 >= len_q:
-        return
     # The document's first V^T column: aligned, so V^T tiles load as 16-byte vectors.
     k_start_t = tl.multiple_of(tl.load(p_cu_kt + doc), V_ALIGN)
     off = len_k - len_q
@@ -158,7 +157,7 @@ def _attn_fwd_kernel(p_q, p_qe, p_k, p_vt, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt
 
 
 def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, cu_seqlens_q, cu_seqlens_k,
-                      cu_seqlens_k_t, max_seqlen_q: int, max_seqlen_k: int, *, causal: bool,
+                      cu_seqlens_k_t, *, causal: bool,
                       window_size: tuple[int, int], softmax_scale: float, tau: int, sigma: int, tiles: AttnTiles):
     """The MXFP8 forward on quantized operands (NUMERICS.md 3).
 
@@ -195,12 +194,12 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
     dev = q_codes.device
     out = torch.empty((tq, hq, d), dtype=torch.bfloat16, device=dev)
     lse, m, ro = (torch.empty((hq, tq), dtype=torch.float32, device=dev) for _ in range(3))
-    grid = (triton.cdiv(max_seqlen_q, tiles.fwd_block_m), num_docs, hq)
-    if tq == 0 or min(grid) == 0:
+    if tq == 0 or num_docs == 0 or hq == 0:
         return out, lse, m, ro
-    _attn_fwd_kernel[grid](
+    work = tile_list(cu_seqlens_q, tq, tiles.fwd_block_m, reverse=True)
+    _attn_fwd_kernel[(work.shape[1], hq)](
         q_codes, q_exps, k_codes, v_codes_t, key_records(k_exps, v_exps), pv, cu_seqlens_q, cu_seqlens_k,
-        cu_seqlens_k_t, out, lse, m, ro,
+        cu_seqlens_k_t, work, work.shape[1], out, lse, m, ro,
         tq, tk, tk_t, hq, hkv, softmax_scale * LOG2E, wl, wr,
         TAU=tau, SIGMA=sigma, D=d, BM=tiles.fwd_block_m, BN=tiles.fwd_block_n,
         INTERPRET=interpreting(), num_warps=tiles.fwd_warps, num_stages=tiles.fwd_stages)

@@ -29,14 +29,14 @@ class _TritonAttention(torch.autograd.Function):
         # per side, travel with the operands to the kernels.
         cu_qt = aligned_starts(spec.cu_seqlens_q)
         cu_kt = cu_qt if spec.cu_seqlens_k is spec.cu_seqlens_q else aligned_starts(spec.cu_seqlens_k)
-        qq = quantize_operand(q, spec.cu_seqlens_q, spec.max_seqlen_q, block, rotate, True, cu_qt)
-        kq = quantize_operand(k, spec.cu_seqlens_k, spec.max_seqlen_k, block, rotate, True, cu_kt)
-        vq = quantize_operand(v, spec.cu_seqlens_k, spec.max_seqlen_k, block, False, True, cu_kt)
+        qq = quantize_operand(q, spec.cu_seqlens_q, block, rotate, True, cu_qt)
+        kq = quantize_operand(k, spec.cu_seqlens_k, block, rotate, True, cu_kt)
+        vq = quantize_operand(v, spec.cu_seqlens_k, block, False, True, cu_kt)
         pv = prefix_v_exponent(vq.exps, spec.cu_seqlens_q, spec.cu_seqlens_k, q.shape[0], spec.causal,
                                spec.window_size)
         out, lse, m, ro = attention_forward(
             qq.codes, qq.exps, kq.codes, kq.exps, vq.codes_t, vq.exps, pv, spec.cu_seqlens_q, spec.cu_seqlens_k,
-            vq.cu_seqlens_t, spec.max_seqlen_q, spec.max_seqlen_k, causal=spec.causal, window_size=spec.window_size,
+            vq.cu_seqlens_t, causal=spec.causal, window_size=spec.window_size,
             softmax_scale=spec.softmax_scale, tau=recipe.tau, sigma=recipe.sigma, tiles=tiles)
         ctx.spec, ctx.operands, ctx.rotate = spec, (qq, kq, vq), rotate
         ctx.save_for_backward(out, m, ro, pv)
@@ -48,12 +48,12 @@ class _TritonAttention(torch.autograd.Function):
         spec, (qq, kq, vq) = ctx.spec, ctx.operands
         out, m, ro, pv = ctx.saved_tensors
         tiles = tiles_for(out.shape[-1])
-        go = quantize_grad_output(dout.contiguous(), out, ro, spec.cu_seqlens_q, spec.max_seqlen_q,
-                                  spec.recipe.scale_block, tiles.bwd_block_m, qq.cu_seqlens_t)
+        go = quantize_grad_output(dout.contiguous(), out, ro, spec.cu_seqlens_q, spec.recipe.scale_block,
+                                  tiles.bwd_block_m, qq.cu_seqlens_t)
         dq, dk, dv = attention_backward(
             qq.codes, qq.codes_t, qq.exps, kq.codes, kq.codes_t, kq.exps, vq.codes, vq.exps,
             go.do_codes, go.do_exps, go.dot_codes_t, go.dot_exps, go.delta, m, ro, pv,
-            spec.cu_seqlens_q, spec.cu_seqlens_k, qq.cu_seqlens_t, kq.cu_seqlens_t, spec.max_seqlen_q, spec.max_seqlen_k,
+            spec.cu_seqlens_q, spec.cu_seqlens_k, qq.cu_seqlens_t, kq.cu_seqlens_t,
             causal=spec.causal, window_size=spec.window_size, softmax_scale=spec.softmax_scale,
             sigma=spec.recipe.sigma, tiles=tiles, rotate=ctx.rotate, out_dtype=dout.dtype)
         return dq, dk, dv, None

@@ -6,12 +6,12 @@ row-major codes [T, H, D] (K-major for products over the head dim), transposed c
 columns: layout.py) and dense per-token exponents [T, H]. The dO launch adds the second
 representation dOt^ and the softmax-gradient row term D.
 
-Programs map to (unit, document, head) through the grid (cdiv(max_seqlen, UNIT), num_docs, H):
-a unit is UNIT consecutive tokens starting at its document's start plus a multiple of UNIT,
-so it holds whole scale blocks of one document (and, UNIT being a multiple of 16, the zero
-codes of its document's last transposed columns), and programs past their document's end
-return. Nothing is read back to the host. ``cu_seqlens[-1]`` must equal T (rows outside every
-document are not written) and no document may be longer than ``max_seqlen``.
+Programs map to ((document, unit), head) through the grid (W, H) and a ``worklist.tile_list``
+of W entries: a unit is UNIT consecutive tokens starting at its document's start plus a
+multiple of UNIT, so it holds whole scale blocks of one document (and, UNIT being a multiple
+of 16, the zero codes of its document's last transposed columns); every document, an empty
+one too, has a unit 0. Nothing is read back to the host. ``cu_seqlens[-1]`` must equal T
+(rows outside every document are not written).
 The torch reference these match bit for bit is ``flamia/reference/operands.py``.
 """
 import math
@@ -26,6 +26,7 @@ from ..validation import INPUT_DTYPES
 from .fp8 import E4M3_EQ, E4M3_MQ, interpreting, pow2, scale_exponent, to_e4m3
 from .hadamard import rotate
 from .layout import T_ALIGN, aligned_starts, transposed_extent
+from .worklist import program_tile, tile_list
 
 # Tokens per program of quantize_operand: two 32-token blocks; a [64, 128] bf16 tile is 16 KiB.
 OPERAND_UNIT = 64
@@ -75,24 +76,22 @@ def _block_scale(b_x, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _unit_rows(cu_seqlens, UNIT: tl.constexpr):
-    """Packed rows of this program's unit: (first row, end of its document, rows [UNIT],
-    valid [UNIT]); int64."""
-    doc = tl.program_id(1)
-    start = tl.load(cu_seqlens + doc).to(tl.int64) + tl.program_id(0).to(tl.int64) * UNIT
+def _unit_rows(cu_seqlens, doc, unit, UNIT: tl.constexpr):
+    """Packed rows of unit ``unit`` of document ``doc``: (first row, end of its document,
+    rows [UNIT], valid [UNIT]); int64."""
+    start = tl.load(cu_seqlens + doc).to(tl.int64) + unit.to(tl.int64) * UNIT
     end = tl.load(cu_seqlens + doc + 1).to(tl.int64)
     o_t = start + tl.arange(0, UNIT)
     return start, end, o_t, o_t < end
 
 
 @triton.jit
-def _unit_cols(cu_seqlens, cu_seqlens_t, UNIT: tl.constexpr, T_ALIGN: tl.constexpr):
-    """Transposed-codes columns of this program's unit: (cols [UNIT] int64, valid [UNIT]).
-    Valid columns span the document's tokens and the padding up to its next multiple of
-    T_ALIGN, whose rows load as zeros, so that gap gets zero codes."""
-    doc = tl.program_id(1)
+def _unit_cols(cu_seqlens, cu_seqlens_t, doc, unit, UNIT: tl.constexpr, T_ALIGN: tl.constexpr):
+    """Transposed-codes columns of unit ``unit`` of document ``doc``: (cols [UNIT] int64,
+    valid [UNIT]). Valid columns span the document's tokens and the padding up to its next
+    multiple of T_ALIGN, whose rows load as zeros, so that gap gets zero codes."""
     length = tl.load(cu_seqlens + doc + 1) - tl.load(cu_seqlens + doc)
-    o_i = tl.program_id(0) * UNIT + tl.arange(0, UNIT)  # [UNIT] positions in the document
+    o_i = unit * UNIT + tl.arange(0, UNIT)  # [UNIT] positions in the document
     first = tl.multiple_of(tl.load(cu_seqlens_t + doc), T_ALIGN).to(tl.int64)
     return first + o_i, o_i < tl.cdiv(length, T_ALIGN) * T_ALIGN
 
@@ -118,27 +117,30 @@ def _store_transposed(p_t, b_t, cols, h, T_t, D: tl.constexpr, INTERPRET: tl.con
 
 
 @triton.jit
-def _zero_tail(p_t, cu_seqlens_t, h, T_t, D: tl.constexpr, T_ALIGN: tl.constexpr):
-    """Zero this document's share of the columns [cu_t[-1], T_t) of head h of a [H, D, T_t]
-    tensor (programs of unit 0), so that no byte of the tensor stays uninitialised. The tail
+def _zero_tail(p_t, cu_seqlens_t, doc, unit, num_docs, h, T_t, D: tl.constexpr, T_ALIGN: tl.constexpr):
+    """Zero document doc's share of the columns [cu_t[-1], T_t) of head h of a [H, D, T_t]
+    tensor (in its unit 0), so that no byte of the tensor stays uninitialised. The tail
     is shorter than T_ALIGN * (num_docs + 1) <= 2 T_ALIGN * num_docs columns
     (``transposed_extent``): 2 T_ALIGN columns per document cover it."""
-    if tl.program_id(0) == 0:
-        first = tl.multiple_of(tl.load(cu_seqlens_t + tl.num_programs(1)), T_ALIGN).to(tl.int64)
-        o_c = first + tl.program_id(1) * (2 * T_ALIGN) + tl.arange(0, 2 * T_ALIGN)  # [2 T_ALIGN]
+    if unit == 0:
+        first = tl.multiple_of(tl.load(cu_seqlens_t + num_docs), T_ALIGN).to(tl.int64)
+        o_c = first + doc * (2 * T_ALIGN) + tl.arange(0, 2 * T_ALIGN)  # [2 T_ALIGN]
         b_zero = tl.zeros([D, 2 * T_ALIGN], dtype=tl.float8e4nv)
         tl.store(p_t + _col_offsets(o_c, h, T_t, D), b_zero, mask=(o_c < T_t)[None, :])
 
 
 @triton.jit
-def _quantize_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, T_t, H, inv_sqrt_d,
-                             D: tl.constexpr, UNIT: tl.constexpr, BLOCK: tl.constexpr,
+def _quantize_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_work, width, num_docs,
+                             T_t, H, inv_sqrt_d, D: tl.constexpr, UNIT: tl.constexpr, BLOCK: tl.constexpr,
                              HADAMARD_STAGES: tl.constexpr, TRANSPOSED: tl.constexpr,
                              T_ALIGN: tl.constexpr, INTERPRET: tl.constexpr):
-    h = tl.program_id(2).to(tl.int64)
+    doc, unit = program_tile(p_work, width)
+    if doc < 0:
+        return
+    h = tl.program_id(1).to(tl.int64)
     if TRANSPOSED:
-        _zero_tail(p_codes_t, cu_seqlens_t, h, T_t, D, T_ALIGN)
-    start, end, o_t, m_t = _unit_rows(cu_seqlens, UNIT)
+        _zero_tail(p_codes_t, cu_seqlens_t, doc, unit, num_docs, h, T_t, D, T_ALIGN)
+    start, end, o_t, m_t = _unit_rows(cu_seqlens, doc, unit, UNIT)
     if start >= end:
         return
     o_x = _row_offsets(o_t, h, H, D)  # [UNIT, D]
@@ -156,16 +158,21 @@ def _quantize_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seq
             # on the H200 (Triton 3.6) the register transpose of an unrotated tile stored
             # wrong codes, while the rotated tile's (after the butterflies) stored right ones.
             b_t = tl.load(p_x + tl.trans(o_x), mask=m_t[None, :], other=0.0).to(tl.float32) * pow2(-b_e)[None, :]
-        _store_transposed(p_codes_t, b_t, _unit_cols(cu_seqlens, cu_seqlens_t, UNIT, T_ALIGN), h, T_t, D, INTERPRET)
+        _store_transposed(p_codes_t, b_t, _unit_cols(cu_seqlens, cu_seqlens_t, doc, unit, UNIT, T_ALIGN), h, T_t, D,
+                          INTERPRET)
 
 
 @triton.jit
 def _quantize_grad_output_kernel(p_do, p_o, p_ro, p_do_codes, p_do_exps, p_dot_t, p_dot_exps, p_delta,
-                                 cu_seqlens, cu_seqlens_t, T, T_t, H, D: tl.constexpr, STEP: tl.constexpr,
+                                 cu_seqlens, cu_seqlens_t, p_work, width, num_docs, T, T_t, H, D: tl.constexpr,
+                                 STEP: tl.constexpr,
                                  BLOCK: tl.constexpr, T_ALIGN: tl.constexpr, INTERPRET: tl.constexpr):
-    h = tl.program_id(2).to(tl.int64)
-    _zero_tail(p_dot_t, cu_seqlens_t, h, T_t, D, T_ALIGN)
-    start, end, o_t, m_t = _unit_rows(cu_seqlens, STEP)
+    doc, unit = program_tile(p_work, width)
+    if doc < 0:
+        return
+    h = tl.program_id(1).to(tl.int64)
+    _zero_tail(p_dot_t, cu_seqlens_t, doc, unit, num_docs, h, T_t, D, T_ALIGN)
+    start, end, o_t, m_t = _unit_rows(cu_seqlens, doc, unit, STEP)
     if start >= end:
         return
     o_x = _row_offsets(o_t, h, H, D)  # [STEP, D]
@@ -182,8 +189,8 @@ def _quantize_grad_output_kernel(p_do, p_o, p_ro, p_do_codes, p_do_exps, p_dot_t
     b_ro = tl.load(p_ro + h * T + o_t, mask=m_t, other=0.0)  # [STEP]
     b_dot, b_et = _block_scale(b_do * b_ro[:, None], STEP)
     tl.store(p_dot_exps + o_t * H + h, b_et.to(tl.int8), mask=m_t)
-    _store_transposed(p_dot_t, tl.trans(b_dot), _unit_cols(cu_seqlens, cu_seqlens_t, STEP, T_ALIGN), h, T_t, D,
-                      INTERPRET)
+    _store_transposed(p_dot_t, tl.trans(b_dot), _unit_cols(cu_seqlens, cu_seqlens_t, doc, unit, STEP, T_ALIGN), h,
+                      T_t, D, INTERPRET)
 
 
 def _check_rows(x: torch.Tensor, name: str) -> None:
@@ -201,9 +208,11 @@ def _check_divisor(n: int, of: int, name: str) -> None:
         raise ValueError(f"{name}: must be a power of two dividing {of}, got {n}")
 
 
-def _grid(max_seqlen: int, unit: int, cu_seqlens: torch.Tensor, heads: int) -> tuple[int, int, int]:
-    """(units of the longest document, documents, heads): host integers only, no sync."""
-    return triton.cdiv(max(int(max_seqlen), 1), unit), cu_seqlens.numel() - 1, heads
+def _units(cu_seqlens: torch.Tensor, total: int, unit: int, heads: int) -> tuple[tuple[int, int], dict]:
+    """The grid (W, heads) and the kernels' work arguments (``worklist.tile_list``, every
+    document with a unit 0); no host sync."""
+    work = tile_list(cu_seqlens, total, unit, reverse=False, empty_docs=True)
+    return (work.shape[1], heads), dict(p_work=work, width=work.shape[1], num_docs=cu_seqlens.numel() - 1)
 
 
 def _transposed_codes(heads: int, d: int, total: int, cu_seqlens: torch.Tensor) -> torch.Tensor:
@@ -214,7 +223,7 @@ def _transposed_codes(heads: int, d: int, total: int, cu_seqlens: torch.Tensor) 
     return alloc(shape, dtype=torch.float8_e4m3fn, device=cu_seqlens.device)
 
 
-def quantize_operand(x: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int, block: int = 32,
+def quantize_operand(x: torch.Tensor, cu_seqlens: torch.Tensor, block: int = 32,
                      hadamard: bool = False, transposed: bool = True,
                      cu_seqlens_t: torch.Tensor | None = None) -> KernelOperand:
     """Q, K or V -> token-block E4M3 in one launch. x: [T, H, D] bf16/fp16/fp32, contiguous;
@@ -235,16 +244,17 @@ def quantize_operand(x: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int,
         codes_t = _transposed_codes(heads, d, total, cu_seqlens)
     exps = torch.empty((total, heads), dtype=torch.int8, device=dev)
     if total:
-        _quantize_operand_kernel[_grid(max_seqlen, OPERAND_UNIT, cu_seqlens, heads)](
-            x, codes, codes_t, exps, cu_seqlens, cu_t, 0 if codes_t is None else codes_t.shape[2], heads,
-            1.0 / math.sqrt(d), D=d, UNIT=OPERAND_UNIT, BLOCK=block,
+        grid, work = _units(cu_seqlens, total, OPERAND_UNIT, heads)
+        _quantize_operand_kernel[grid](
+            x, codes, codes_t, exps, cu_seqlens, cu_t, T_t=0 if codes_t is None else codes_t.shape[2], H=heads,
+            inv_sqrt_d=1.0 / math.sqrt(d), D=d, UNIT=OPERAND_UNIT, BLOCK=block,
             HADAMARD_STAGES=d.bit_length() - 1 if hadamard else 0, TRANSPOSED=transposed, T_ALIGN=T_ALIGN,
-            INTERPRET=interpreting())
+            INTERPRET=interpreting(), **work)
     return KernelOperand(codes, codes_t, exps, cu_t)
 
 
 def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu_seqlens: torch.Tensor,
-                         max_seqlen: int, block: int = 32, step: int = 64,
+                         block: int = 32, step: int = 64,
                          cu_seqlens_t: torch.Tensor | None = None) -> KernelGradOutput:
     """dO -> dO^, dOt^ and D in one launch that reads dO, O and ro once. do, o: [T, H, D]
     bf16/fp16/fp32, contiguous; ro: [H, T] fp32 (0 for invalid rows); cu_seqlens: int32
@@ -270,8 +280,9 @@ def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu
     dot_exps = torch.empty((total, heads), dtype=torch.int8, device=dev)
     delta = torch.empty((heads, total), dtype=torch.float32, device=dev)
     if total:
-        _quantize_grad_output_kernel[_grid(max_seqlen, step, cu_seqlens, heads)](
+        grid, work = _units(cu_seqlens, total, step, heads)
+        _quantize_grad_output_kernel[grid](
             do, o, ro.contiguous(), do_codes, do_exps, dot_codes_t, dot_exps, delta, cu_seqlens, cu_t,
-            total, dot_codes_t.shape[2], heads, D=d, STEP=step, BLOCK=block, T_ALIGN=T_ALIGN,
-            INTERPRET=interpreting())
+            T=total, T_t=dot_codes_t.shape[2], H=heads, D=d, STEP=step, BLOCK=block, T_ALIGN=T_ALIGN,
+            INTERPRET=interpreting(), **work)
     return KernelGradOutput(do_codes, do_exps, dot_codes_t, dot_exps, delta, cu_t)
