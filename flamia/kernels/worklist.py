@@ -9,10 +9,17 @@ sync, the list of (document, tile) pairs that a launch of W programs reads; W, a
 bound known on the host, is cdiv(T, B) + documents (a document of L tokens has
 cdiv(L, B) <= L / B + 1 tiles). Entries past the real pairs hold document -1: their
 programs return.
+
+The list is one launch of ``_tile_list_kernel``: a first version in ~12 torch ops (argsort,
+cumsum, searchsorted, gathers) cost 0.1-0.3 ms of GPU time per training call on the H200,
+as much as the grids saved on logu11-16k.
 """
 import torch
 import triton
 import triton.language as tl
+
+_DOCS = 1024  # documents compared per step when a document counts the tiles ranked before it
+_FILL = 1024  # list entries written per step
 
 
 def list_extent(total: int, num_docs: int, block: int) -> int:
@@ -26,29 +33,57 @@ def tile_list(cu_seqlens: torch.Tensor, total: int, block: int, *, reverse: bool
               empty_docs: bool = False) -> torch.Tensor:
     """int32 [2, W] (``list_extent``): row 0 the document, row 1 the tile index within it, of
     each program. Documents go longest first (the longest tiles of a causal mask start
-    first and short documents fill in behind them); within a document, tile indices ascend,
-    or descend with ``reverse`` (query tiles under a causal mask: the last sees the most
-    keys). empty_docs: give a document without tokens one tile (the quantizers zero a share
-    of the transposed codes' tail in every document's tile 0). cu_seqlens: int32
-    [num_docs + 1] with cu_seqlens[-1] = total."""
+    first and short documents fill in behind them; equal lengths keep their order); within a
+    document, tile indices ascend, or descend with ``reverse`` (query tiles under a causal
+    mask: the last sees the most keys). empty_docs: give a document without tokens one tile
+    (the quantizers zero a share of the transposed codes' tail in every document's tile 0).
+    cu_seqlens: int32 [num_docs + 1] with cu_seqlens[-1] = total."""
     num_docs = cu_seqlens.numel() - 1
     width = list_extent(total, num_docs, block)
-    dev = cu_seqlens.device
-    lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).long()
-    tiles = torch.div(lengths + block - 1, block, rounding_mode="floor")  # [num_docs]
-    if empty_docs:
-        tiles = tiles.clamp(min=1)
-    order = torch.argsort(lengths, descending=True, stable=True)  # [num_docs]
-    ends = torch.cumsum(tiles[order], 0)  # [num_docs]: one past each sorted document's last program
-    program = torch.arange(width, device=dev)
-    rank = torch.searchsorted(ends, program, right=True)  # [W] the sorted document of each program
-    real = rank < num_docs
-    rank = rank.clamp(max=max(num_docs - 1, 0))
-    doc = order[rank] if num_docs else torch.zeros_like(program)
-    tile = program - (ends[rank] - tiles[doc]) if num_docs else program
-    if reverse:
-        tile = tiles[doc] - 1 - tile if num_docs else tile
-    return torch.stack([torch.where(real, doc, -1), torch.where(real, tile, 0)]).to(torch.int32)
+    work = torch.empty((2, width), dtype=torch.int32, device=cu_seqlens.device)
+    # Programs 0..num_docs-1 write their document's tiles; program num_docs the padding.
+    _tile_list_kernel[(num_docs + 1,)](cu_seqlens, work, num_docs, width, BLOCK=block,
+                                       REVERSE=reverse, EMPTY_DOCS=empty_docs,
+                                       DOCS=_DOCS, FILL=_FILL)
+    return work
+
+
+@triton.jit
+def _doc_tiles(p_cu, doc, mask, BLOCK: tl.constexpr, EMPTY_DOCS: tl.constexpr):
+    """(length, tiles) int32 of documents ``doc`` (any shape; 0 where ~mask)."""
+    length = tl.load(p_cu + doc + 1, mask=mask, other=0) - tl.load(p_cu + doc, mask=mask, other=0)
+    tiles = tl.cdiv(length, BLOCK)
+    if EMPTY_DOCS:
+        tiles = tl.where(mask, tl.maximum(tiles, 1), 0)
+    return length, tiles
+
+
+@triton.jit
+def _tile_list_kernel(p_cu, p_work, num_docs, width, BLOCK: tl.constexpr, REVERSE: tl.constexpr,
+                      EMPTY_DOCS: tl.constexpr, DOCS: tl.constexpr, FILL: tl.constexpr):
+    """Program d < num_docs: document d's first entry is the number of tiles of the documents
+    ranked before it (longer, or as long and earlier), found by one pass over all documents;
+    it then writes its tiles. Program num_docs: (-1, 0) from the last real entry to W."""
+    d = tl.program_id(0)
+    is_doc = d < num_docs
+    own_len, own_tiles = _doc_tiles(p_cu, d, is_doc, BLOCK, EMPTY_DOCS)
+    start = 0
+    for j0 in range(0, num_docs, DOCS):
+        j = j0 + tl.arange(0, DOCS)  # [DOCS]
+        valid = j < num_docs
+        length, tiles = _doc_tiles(p_cu, j, valid, BLOCK, EMPTY_DOCS)
+        before = valid & ((length > own_len) | ((length == own_len) & (j < d)) | ~is_doc)
+        start += tl.sum(tl.where(before, tiles, 0), axis=0)
+    # A document's entries run over [start, start + own_tiles); the padding over [start, width).
+    stop = tl.where(is_doc, start + own_tiles, width)
+    for p0 in range(start, stop, FILL):
+        p = p0 + tl.arange(0, FILL)  # [FILL] list positions
+        inside = p < stop
+        t = p - start  # [FILL] tile index in document order
+        if REVERSE:
+            t = own_tiles - 1 - t
+        tl.store(p_work + p, tl.where(is_doc, d, -1), mask=inside)
+        tl.store(p_work + width + p, tl.where(is_doc, t, 0), mask=inside)
 
 
 @triton.jit
