@@ -201,7 +201,7 @@ def tune(report, only="", name="eq8x8k"):
 
 def profile(report, names=("eq8x8k", "skew8k+224x256", "logu11-16k")):
     """Where the training call's time goes: CUDA time per kernel (torch.profiler) over three
-    training calls, the ten largest entries and their share."""
+    training calls: the total, the number of launches, the ten largest entries and their share."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
     out = {}
@@ -220,8 +220,10 @@ def profile(report, names=("eq8x8k", "skew8k+224x256", "logu11-16k")):
         events = [e for e in prof.key_averages() if e.self_device_time_total > 0]
         total = sum(e.self_device_time_total for e in events)
         top = sorted(events, key=lambda e: -e.self_device_time_total)[:10]
-        out[name] = [{"kernel": e.key[:80], "ms_per_call": e.self_device_time_total / 3e3,
-                      "share": e.self_device_time_total / total} for e in top]
+        launches = sum(e.count for e in events) / 3
+        out[name] = {"cuda_ms_per_call": total / 3e3, "launches_per_call": launches,
+                     "top": [{"kernel": e.key[:80], "ms_per_call": e.self_device_time_total / 3e3,
+                              "share": e.self_device_time_total / total} for e in top]}
         print("profile", name, json.dumps(out[name]), flush=True)
     report["profile"] = out
 
@@ -265,6 +267,7 @@ def main():
         tune(report, args.tune)
     if "sass" not in skip:
         sass(report)
+    os.makedirs(args.out, exist_ok=True)
     json.dump(report, open(os.path.join(args.out, "kernel_check.json"), "w"), indent=1)
     print("\n| workload | fwd TF/s | bwd TF/s | train TF/s | FA2 train TF/s | speedup | quant TB/s |")
     print("|---|---|---|---|---|---|---|")
