@@ -1,8 +1,9 @@
-"""Per-row factors shared by the emulator and the kernel launchers (NUMERICS.md 3).
+"""Per-row factors of the emulator (NUMERICS.md 3).
 
 PV(i), the prefix max of V's token-block exponents over the keys query i may see, is what
 lets the V fold stay causal: it depends only on blocks the row may see. Computed with torch
-ops on the device of the inputs, without host synchronisation.
+ops on the device of the inputs, without host synchronisation. The Triton route computes the
+same values in one launch (``flamia.kernels.prefix``; a test checks they are equal).
 """
 import torch
 

@@ -5,7 +5,7 @@ summation-order noise. Without CUDA the kernels run on Triton's CPU interpreter.
 import pytest
 import torch
 
-from flamia.kernels.layout import aligned_starts, transposed_extent, transposed_reference
+from flamia.kernels.layout import aligned_starts, aligned_starts_reference, transposed_extent, transposed_reference
 from flamia.kernels.quantize import quantize_grad_output, quantize_operand
 from flamia.reference import operands as ref
 
@@ -115,9 +115,13 @@ def test_grad_output_matches_reference(d, block):
 
 
 def test_aligned_starts():
-    """cu_t = [0, cumsum(round_up(len, 16))] and T_t = round_up(T, 16) + 16 * num_docs."""
+    """cu_t = [0, cumsum(round_up(len, 16))] and T_t = round_up(T, 16) + 16 * num_docs; the
+    kernel equals the torch reference over more documents than one step of its sweep."""
     assert aligned_starts(_cu_seqlens(LENGTHS)).tolist() == [0, 48, 64, 64, 144, 160]
+    assert aligned_starts_reference(_cu_seqlens(LENGTHS)).tolist() == [0, 48, 64, 64, 144, 160]
     assert transposed_extent(sum(LENGTHS), len(LENGTHS)) == 128 + 16 * len(LENGTHS)
+    lengths = torch.randint(0, 70, (2500,), generator=torch.Generator().manual_seed(0)).tolist()
+    assert torch.equal(aligned_starts(_cu_seqlens(lengths)), aligned_starts_reference(_cu_seqlens(lengths)))
 
 
 @pytest.mark.parametrize("hadamard", [False, True])

@@ -6,9 +6,12 @@ import torch
 
 from flamia.kernels.worklist import list_extent, tile_list
 
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
 
 def _cu(lengths) -> torch.Tensor:
-    return torch.tensor([0, *torch.tensor(lengths, dtype=torch.long).cumsum(0).tolist()], dtype=torch.int32)
+    return torch.tensor([0, *torch.tensor(lengths, dtype=torch.long).cumsum(0).tolist()], dtype=torch.int32,
+                        device=DEVICE)
 
 
 @pytest.mark.parametrize("reverse", [False, True])

@@ -6,12 +6,15 @@ T_ALIGN))]``: every document starts at a multiple of T_ALIGN tokens, so a kernel
 a document starts 16-byte aligned and loads as wide vectors (with packed starts, which are
 generally not aligned, Triton falls back to single-byte loads). Columns between documents
 and past the last one hold zero codes: kernels load whole aligned tiles, and uninitialised
-FP8 bytes may be NaNs. Everything here is torch on the device, without a host sync; the
+FP8 bytes may be NaNs. Everything here runs on the device, without a host sync; the
 launchers' shape check lives here too.
 """
 import torch
+import triton
+import triton.language as tl
 
 T_ALIGN = 16  # tokens (= bytes of E4M3 codes)
+_CHUNK = 1024  # documents per step of aligned_starts
 
 
 def check_operand(name: str, x: torch.Tensor, dtype: torch.dtype, shape: tuple) -> None:
@@ -26,12 +29,37 @@ def check_operand(name: str, x: torch.Tensor, dtype: torch.dtype, shape: tuple) 
 
 def aligned_starts(cu_seqlens: torch.Tensor) -> torch.Tensor:
     """cu_t, int32 [num_docs + 1]: each document's first column in the transposed codes, from
-    cu_seqlens int32 [num_docs + 1] (packed row starts), on its device."""
+    cu_seqlens int32 [num_docs + 1] (packed row starts), on its device. One launch: in torch
+    (``aligned_starts_reference``) its seven ops took 0.23 ms of host time per eager training
+    call (H200, 2026-11-29)."""
+    starts = torch.empty_like(cu_seqlens)
+    _aligned_starts_kernel[(1,)](cu_seqlens, starts, cu_seqlens.numel() - 1, T_ALIGN=T_ALIGN, CHUNK=_CHUNK)
+    return starts
+
+
+def aligned_starts_reference(cu_seqlens: torch.Tensor) -> torch.Tensor:
+    """``aligned_starts`` in torch ops (the tests' reference and ``transposed_reference``'s)."""
     lengths = cu_seqlens[1:] - cu_seqlens[:-1]
     spans = (lengths + (T_ALIGN - 1)) // T_ALIGN * T_ALIGN
     starts = torch.zeros_like(cu_seqlens)
     starts[1:] = torch.cumsum(spans, 0, dtype=cu_seqlens.dtype)
     return starts
+
+
+@triton.jit
+def _aligned_starts_kernel(p_cu, p_starts, num_docs, T_ALIGN: tl.constexpr, CHUNK: tl.constexpr):
+    """One program: a running sum of the documents' lengths rounded up to T_ALIGN, CHUNK
+    documents per step."""
+    tl.store(p_starts, 0)
+    carry = 0
+    for d0 in range(0, num_docs, CHUNK):
+        d = d0 + tl.arange(0, CHUNK)  # [CHUNK] documents
+        m_d = d < num_docs
+        length = tl.load(p_cu + d + 1, mask=m_d, other=0) - tl.load(p_cu + d, mask=m_d, other=0)
+        spans = tl.cdiv(length, T_ALIGN) * T_ALIGN
+        ends = carry + tl.cumsum(spans, axis=0)  # [CHUNK] each document's end column
+        tl.store(p_starts + d + 1, ends, mask=m_d)
+        carry += tl.sum(spans, axis=0)
 
 
 def transposed_extent(total: int, num_docs: int) -> int:
@@ -47,7 +75,7 @@ def transposed_reference(codes: torch.Tensor, cu_seqlens: torch.Tensor) -> torch
     total, heads, d = codes.shape
     rows = torch.arange(total, dtype=cu_seqlens.dtype, device=codes.device)
     doc = torch.searchsorted(cu_seqlens[1:], rows, right=True)  # [T] each row's document
-    cols = rows + (aligned_starts(cu_seqlens) - cu_seqlens)[doc]
+    cols = rows + (aligned_starts_reference(cu_seqlens) - cu_seqlens)[doc]
     out = codes.new_zeros((heads, d, transposed_extent(total, cu_seqlens.numel() - 1)))
     out[:, :, cols.long()] = codes.permute(1, 2, 0)
     return out

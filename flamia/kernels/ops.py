@@ -6,12 +6,12 @@ a device value on the host, so a whole training step captures in a CUDA graph.
 import torch
 
 from ..recipes import resolve_recipe
-from ..scaling import prefix_v_exponent
 from ..spec import AttnSpec
 from .attn_bwd import attention_backward
 from .attn_fwd import attention_forward
 from .configs import tiles_for
 from .layout import aligned_starts
+from .prefix import prefix_v_exponent
 from .quantize import quantize_grad_output, quantize_operand
 
 
@@ -33,7 +33,7 @@ class _TritonAttention(torch.autograd.Function):
         kq = quantize_operand(k, spec.cu_seqlens_k, block, rotate, True, cu_kt)
         vq = quantize_operand(v, spec.cu_seqlens_k, block, False, True, cu_kt)
         pv = prefix_v_exponent(vq.exps, spec.cu_seqlens_q, spec.cu_seqlens_k, q.shape[0], spec.causal,
-                               spec.window_size)
+                               spec.window_size, block)
         out, lse, m, ro = attention_forward(
             qq.codes, qq.exps, kq.codes, kq.exps, vq.codes_t, vq.exps, pv, spec.cu_seqlens_q, spec.cu_seqlens_k,
             vq.cu_seqlens_t, causal=spec.causal, window_size=spec.window_size,
