@@ -63,9 +63,9 @@ def speed(out=print) -> None:
     workload = case.workload
     providers = select_providers(registry(), ",".join(SPEED_PROVIDERS))
     records = {r.provider: r for r in time_row(case, "train", providers, "cuda", Protocol(graphs=False), cuda_clock)}
-    out(f"speed: training call (forward + backward), {workload.name}: {len(workload.lengths)} packed documents, "
-        f"{workload.total} tokens, {workload.heads_q} heads, d={workload.head_dim}, causal, "
-        f"{torch.cuda.get_device_name()}")
+    out(f"speed: training call (forward + backward), eager (no CUDA graph), {workload.name}: "
+        f"{len(workload.lengths)} packed documents, {workload.total} tokens, {workload.heads_q} heads, "
+        f"d={workload.head_dim}, causal, {torch.cuda.get_device_name()}")
     for r in records.values():
         out(f"  {r.label:<28}" + (f"{r.ms:8.2f} ms {r.tflops:7.0f} TFLOP/s" if r.ms is not None else f"n/a: {r.why}"))
     mx, bf = records["flamia"].ms, records["fa2"].ms
