@@ -82,6 +82,15 @@ def test_paired_rounds_discard_warmup_and_alternate_order():
     assert (timings["b"].ms, timings["b"].spread) == (20.0, 1.0)
 
 
+def test_paired_rounds_alone_run_each_job_back_to_back():
+    calls = []
+    jobs = {key: (lambda key=key: calls.append(key)) for key in "ab"}
+    protocol = Protocol(rounds=2, warmup_rounds=1, min_ms=0.0, graphs=False, interleave=False)
+    timings, errors = paired_rounds(jobs, lambda job, replays: job() or 1.0, protocol)
+    assert "".join(calls) == "aaabbb" and not errors
+    assert timings["a"].samples == (1.0, 1.0) and timings["b"].samples == (1.0, 1.0)  # warm-up dropped
+
+
 def test_paired_rounds_replay_enough_to_fill_min_ms():
     replays_seen = []
 
@@ -204,6 +213,7 @@ def test_dry_run_writes_reports_with_every_cell_filled(tmp_path, monkeypatch):
     document = json.loads((tmp_path / "results.json").read_text())
     assert {"device", "versions", "date", "command"} <= set(document["header"])
     assert document["header"]["command"] == "flamia bench " + " ".join(argv)
+    assert document["header"]["protocol"]["interleave"] is True
     records = document["records"]
     assert [(r["provider"], r["mode"]) for r in records] == [
         (p, m) for m in ("fwd", "bwd", "train", "memory") for p in ("flamia", "stub")]
@@ -244,3 +254,12 @@ def test_gpu_run_measures_flamia_and_the_torch_peers_in_cuda_graphs(tmp_path):
     for r in records:
         assert r["ms"] is not None and "note" not in r, r
         assert 0 < r["tflops"] < 2000 and r["spread"] < 0.5, r
+
+
+def test_dry_run_alone_records_the_protocol(tmp_path):
+    argv = ["--dry-run", "--alone", "--workloads", "eq4x4k", "--providers", "flamia:bf16", "--modes", "fwd",
+            "--out", str(tmp_path)]
+    assert run.main(argv) == 0
+    document = json.loads((tmp_path / "results.json").read_text())
+    assert document["header"]["protocol"]["interleave"] is False
+    assert document["records"][0]["ms"] > 0

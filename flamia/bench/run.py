@@ -49,6 +49,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                              "one round, no CUDA graphs; writes to a temporary directory unless --out")
     parser.add_argument("--peek", action="store_true", help="print the markdown tables")
     parser.add_argument("--no-graphs", action="store_true", help="time every call eagerly (debugging)")
+    parser.add_argument("--alone", action="store_true",
+                        help="time each provider's rounds back to back instead of interleaving them with the "
+                             "other providers' (their neighbours move the times: benchmarks/NOTES.md)")
     parser.add_argument("--merge", nargs="+", metavar="JSON", help="merge the results.json of several runs")
     args = parser.parse_args(argv)
     try:
@@ -166,6 +169,7 @@ def _measure(args: argparse.Namespace, argv: list[str]) -> tuple[dict, list[Reco
     """Run the selected cells; returns the report header and the records."""
     device = "cpu" if args.dry_run else "cuda"
     protocol = DRY_RUN if args.dry_run else Protocol(graphs=not args.no_graphs)
+    protocol = dataclasses.replace(protocol, interleave=not args.alone)
     clock = host_clock if args.dry_run else cuda_clock
     timed, memory = _workloads(args)
     described = {w.name: dataclasses.asdict(w) for w in [*timed, *([memory] if memory else [])]}

@@ -3,7 +3,8 @@
 Each job (one provider's call on one workload and mode) is captured in a CUDA graph where
 the provider allows it. The jobs of one table row then run back to back: a discarded
 warm-up round, then ``rounds`` paired rounds, in reversed order every other round so that
-no job always follows the same neighbour. Within a round a job replays enough times to fill
+no job always follows the same neighbour (``Protocol.interleave``; without it each job runs
+its rounds alone, back to back). Within a round a job replays enough times to fill
 at least ``min_ms`` between two CUDA events, and its time is the mean per replay. A job
 reports the median over the rounds and its spread, (max - min) / median.
 
@@ -30,6 +31,10 @@ class Protocol:
     warmup_rounds: int = 1
     min_ms: float = 20.0
     graphs: bool = True
+    # False: each job runs all its rounds before the next job starts. Interleaved rounds on
+    # the H200 slowed flamia and FA2 by up to 12-15% and sped FA4 up when FA4 shared them
+    # (benchmarks/results/2026-11-29-h200-s5/, call 9): a job's neighbours move its time.
+    interleave: bool = True
 
 
 # The CPU dry run only checks that the suite runs end to end: one round, one replay.
@@ -72,6 +77,15 @@ def _replays(clock: Clock, job: Job, min_ms: float) -> int:
     return max(1, math.ceil(min_ms / max(clock(job, 1), 1e-6)))
 
 
+def _schedule(keys: list[str], protocol: Protocol) -> list[tuple[int, str]]:
+    """(round index, job key) in the order they run: rounds of every job, in reversed order
+    every other round; or, without interleave, each job's rounds back to back."""
+    count = protocol.warmup_rounds + protocol.rounds
+    if not protocol.interleave:
+        return [(index, key) for key in keys for index in range(count)]
+    return [(index, key) for index in range(count) for key in (keys if index % 2 == 0 else keys[::-1])]
+
+
 def paired_rounds(jobs: dict[str, Job], clock: Clock,
                   protocol: Protocol) -> tuple[dict[str, Timing], dict[str, str]]:
     """Time ``jobs`` (key -> job) together. Returns (key -> Timing, key -> error reason);
@@ -83,16 +97,16 @@ def paired_rounds(jobs: dict[str, Job], clock: Clock,
         except Exception as exc:
             errors[key] = error_reason(exc)
     samples = {key: [] for key in replays}
-    for index in range(protocol.warmup_rounds + protocol.rounds):
-        order = list(replays) if index % 2 == 0 else list(reversed(replays))
-        for key in (k for k in order if k not in errors):
-            try:
-                ms = clock(jobs[key], replays[key])
-            except Exception as exc:
-                errors[key] = error_reason(exc)
-                continue
-            if index >= protocol.warmup_rounds:
-                samples[key].append(ms)
+    for index, key in _schedule(list(replays), protocol):
+        if key in errors:
+            continue
+        try:
+            ms = clock(jobs[key], replays[key])
+        except Exception as exc:
+            errors[key] = error_reason(exc)
+            continue
+        if index >= protocol.warmup_rounds:
+            samples[key].append(ms)
     timings = {}
     for key, values in samples.items():
         if key not in errors and values:
