@@ -1,0 +1,188 @@
+"""Compile every Triton launch of one training call for Hopper (sm_90a) on a machine without a
+GPU, and read its SASS: registers, spills, FP8 wgmma (QGMMA) count, and the instruction mix
+of each kernel's step loop. Device time is scarce; instruction counts are not.
+
+    PYTHONPATH=. python3 benchmarks/sass_offline.py [--workload eq8x8k] [--kernels REGEX] [--out FILE]
+
+How: a first process runs the training call on the CPU under TRITON_INTERPRET=1 with every
+kernel launch intercepted and skipped, recording each launch's arguments (tensors of the
+workload's real shapes, ints, floats, launch options). A second process, without the
+interpreter, compiles each recorded kernel with ``triton.compile`` for
+GPUTarget("cuda", 90, 32), specialised as a launch would be (pointers and ints divisible by
+16 marked so, ints equal to 1 made constants, INTERPRET=False), and disassembles the cubin
+with the cuobjdump that ships with Triton. The SASS is that of the installed Triton: the
+H200 machine runs Triton 3.6, so install that one beside this checkout for faithful numbers
+(``pip install --target DIR triton==3.6.0`` and put DIR first on PYTHONPATH).
+"""
+import argparse
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+_MMA = ("QGMMA", "HGMMA", "HMMA")
+
+
+def capture(workload: str) -> list[dict]:
+    """Every kernel launch of one training call (forward + backward) on ``workload``'s shapes,
+    as {kernel, module, grid, args: [{kind, ...}], kwargs}; the kernels do not run."""
+    os.environ["TRITON_INTERPRET"] = "1"
+    import torch
+    from triton.runtime.interpreter import InterpretedFunction
+
+    from flamia.bench.workloads import WORKLOADS, make_case
+    from flamia.kernels.ops import triton_attention
+
+    launches = []
+
+    def describe(x):
+        if isinstance(x, torch.Tensor):
+            return {"kind": "tensor", "dtype": str(x.dtype).removeprefix("torch."), "ptr16": x.data_ptr() % 16 == 0}
+        if isinstance(x, bool):
+            return {"kind": "bool", "value": x}
+        if isinstance(x, int):
+            return {"kind": "int", "value": x}
+        if isinstance(x, float):
+            return {"kind": "float", "value": x}
+        if x is None:
+            return {"kind": "none"}
+        raise TypeError(f"unexpected launch argument {type(x).__name__}")
+
+    def record(self, *args, grid, warmup, **kwargs):
+        launches.append({"kernel": self.fn.__name__, "module": self.fn.__module__,
+                         "args": [describe(a) for a in args], "kwargs": {k: describe(v) for k, v in kwargs.items()}})
+
+    InterpretedFunction.run = record
+    i = make_case(WORKLOADS[workload], "cpu").inputs
+    q, k, v = (x.detach().clone().requires_grad_() for x in (i.q, i.k, i.v))
+    out = triton_attention(q, k, v, i.cu_seqlens, i.cu_seqlens, i.max_seqlen, i.max_seqlen, causal=True)
+    torch.autograd.grad(out, (q, k, v), i.do)
+    return launches
+
+
+_TYPES = {"float8_e4m3fn": "*fp8e4nv", "int8": "*i8", "int32": "*i32", "int64": "*i64", "float32": "*fp32",
+          "bfloat16": "*bf16", "float16": "*fp16"}
+
+
+def compile_launch(launch: dict, seen: dict):
+    """The cubin (bytes) of one recorded launch and its label (name, warps, stages, and #n for
+    the n-th specialisation of a kernel); (None, None) for a specialisation already in
+    ``seen`` (key -> label), which this updates."""
+    import importlib
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn = getattr(importlib.import_module(launch["module"]), launch["kernel"])
+    names = fn.arg_names
+    options = {k: v["value"] for k, v in launch["kwargs"].items() if k in ("num_warps", "num_stages")}
+    given = dict(zip(names, launch["args"]))
+    given.update({k: v for k, v in launch["kwargs"].items() if k not in options})
+    signature, constexprs, attrs = {}, {}, {}
+    for index, name in enumerate(names):
+        a = given[name]
+        if index in fn.constexprs:
+            signature[name] = "constexpr"
+            constexprs[name] = False if name == "INTERPRET" else a.get("value")
+        elif a["kind"] == "tensor":
+            signature[name] = _TYPES[a["dtype"]]
+            if a["ptr16"]:
+                attrs[(index,)] = [["tt.divisibility", 16]]
+        elif a["kind"] == "none":
+            signature[name], constexprs[name] = "constexpr", None
+        elif a["kind"] == "int" and a["value"] == 1:
+            signature[name], constexprs[name] = "constexpr", 1
+        elif a["kind"] == "int":
+            signature[name] = "i32" if -2**31 <= a["value"] < 2**31 else "i64"
+            if a["value"] % 16 == 0:
+                attrs[(index,)] = [["tt.divisibility", 16]]
+        elif a["kind"] == "bool":
+            signature[name] = "i1"
+        else:
+            signature[name] = "fp32"
+    key = json.dumps([launch["kernel"], signature, constexprs, sorted(attrs), options], sort_keys=True, default=str)
+    if key in seen:  # e.g. the K and Q quantizers: the same specialisation compiles once
+        return None, None
+    seen[key] = label = f"{launch['kernel']} w{options.get('num_warps', 4)} s{options.get('num_stages', 3)}"
+    variants = sum(v.startswith(label) for v in seen.values())
+    label = seen[key] = label if variants == 1 else f"{label} #{variants}"
+    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
+    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+    return compiled.asm["cubin"], label
+
+
+def _tool(name: str) -> str:
+    import triton
+    path = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
+    return path if os.path.exists(path) else name
+
+
+def read_sass(cubin: bytes) -> dict:
+    """Registers, local memory, QGMMA and spill counts, the sizes of the loops that hold an
+    MMA (a backward branch's body) and the smallest one's opcode mix."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        sass = subprocess.run([_tool("cuobjdump"), "-sass", f.name], capture_output=True, text=True).stdout
+        usage = subprocess.run([_tool("cuobjdump"), "-res-usage", f.name], capture_output=True, text=True).stdout
+    lines = re.findall(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);", sass)
+    code = [(int(addr, 16), op.split(".")[0], rest) for addr, op, rest in lines]
+    loops = []
+    for addr, op, rest in code:
+        target = re.search(r"0x([0-9a-f]+)", rest) if op == "BRA" else None
+        if target and int(target.group(1), 16) < addr:
+            body = [o for a, o, _ in code if int(target.group(1), 16) <= a <= addr]
+            if any(o in _MMA for o in body):
+                loops.append(body)
+    # The smallest loop with an MMA: the unmasked step loop (the masked one adds the mask).
+    inner = min(loops, key=len) if loops else []
+    regs = dict(re.findall(r"(REG|STACK|LOCAL):(\d+)", usage))
+    ops = [o for _, o, _ in code]
+    return {"regs": int(regs.get("REG", -1)), "stack_bytes": int(regs.get("STACK", -1)),
+            "instructions": len(ops), "QGMMA": ops.count("QGMMA"), "LDL/STL": ops.count("LDL") + ops.count("STL"),
+            "mma_loops": sorted(len(body) for body in loops),
+            "inner_loop": {"instructions": len(inner), "opcodes": dict(collections.Counter(inner).most_common())}}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workload", default="eq8x8k")
+    ap.add_argument("--kernels", default=".", help="regex on kernel names")
+    ap.add_argument("--out", help="also write the report as JSON here")
+    ap.add_argument("--capture", action="store_true", help=argparse.SUPPRESS)  # the first process
+    args = ap.parse_args(argv)
+    if args.capture:
+        json.dump(capture(args.workload), sys.stdout)
+        return 0
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        # Kernels imported under the interpreter cannot be compiled: run again without it.
+        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+        return subprocess.run([sys.executable, __file__, *(sys.argv[1:] if argv is None else argv)], env=env).returncode
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    recorded = subprocess.run([sys.executable, __file__, "--capture", "--workload", args.workload], env=env,
+                              capture_output=True, text=True, check=True).stdout
+    report, seen = {}, {}
+    for launch in json.loads(recorded):
+        if not re.search(args.kernels, launch["kernel"]):
+            continue
+        cubin, label = compile_launch(launch, seen)
+        if cubin is None:
+            continue
+        report[label] = read_sass(cubin)
+        r = report[label]
+        print(f"{label}: {r['regs']} registers, {r['stack_bytes']} B stack, {r['LDL/STL']} LDL/STL, "
+              f"{r['QGMMA']} QGMMA, {r['instructions']} instructions", flush=True)
+        if r["mma_loops"]:
+            print(f"  loops with an MMA: {r['mma_loops']} instructions; the smallest: "
+                  + ", ".join(f"{op} {n}" for op, n in list(r["inner_loop"]["opcodes"].items())[:24]), flush=True)
+    if args.out:
+        json.dump({"workload": args.workload, "kernels": report}, open(args.out, "w"), indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

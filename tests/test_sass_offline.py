@@ -1,0 +1,26 @@
+"""benchmarks/sass_offline.py: the attention kernels compile for Hopper (sm_90a) without a GPU,
+with the launch arguments of a real training call, and both of each kernel's products are FP8
+wgmma (QGMMA) in the SASS, inside its step loops."""
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import sass_offline  # noqa: E402
+
+
+@pytest.mark.skipif(shutil.which("cuobjdump") is None and not Path(sass_offline._tool("cuobjdump")).exists(),
+                    reason="needs cuobjdump (Triton's NVIDIA backend ships one)")
+def test_attention_kernels_use_fp8_wgmma(tmp_path):
+    out = tmp_path / "sass.json"
+    assert sass_offline.main(["--workload", "logu11-16k", "--kernels", "^(_attn_fwd_kernel|_dkdv_kernel|_dq_kernel)$",
+                              "--out", str(out)]) == 0
+    kernels = json.loads(out.read_text())["kernels"]
+    assert sorted(label.split()[0] for label in kernels) == ["_attn_fwd_kernel", "_dkdv_kernel", "_dq_kernel"]
+    for label, r in kernels.items():
+        step = r["inner_loop"]["opcodes"]  # the unmasked step loop's opcode counts
+        assert r["QGMMA"] > 0 and step.get("QGMMA", 0) >= 2, f"{label}: the step loop's products are not FP8 wgmma"
+        assert "HMMA" not in step and "HGMMA" not in step, f"{label}: a 16-bit MMA in the step loop"
