@@ -21,7 +21,7 @@ def query_records(q_exps: torch.Tensor, do_exps: torch.Tensor, pv: torch.Tensor,
     """[Hq, Tq, 4] int32: one 16-byte record per (query head, row) holding the bits of
     (m, ro, delta) and eQ | edO << 8 | PV << 16 (PV, a maximum of int8 V exponents, fits 16
     bits); ``query_fields`` decodes it. One launch: in ~12 torch ops the records took 0.33 ms
-    of host time per eager training call (H200, 2026-11-29).
+    of host time per eager training call (H200, 2026-11-30).
     q_exps, do_exps: [Tq, Hq] int8; pv: [Tq, Hkv] int32; m, ro, delta: [Hq, Tq] fp32."""
     total, heads_q = q_exps.shape
     heads_kv = pv.shape[1]
