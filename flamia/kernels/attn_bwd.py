@@ -361,7 +361,8 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
                        dot_codes_t, dot_exps, delta, m, ro, pv, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t,
                        *, causal: bool, window_size: tuple[int, int], softmax_scale: float,
                        sigma: int, tiles: AttnTiles, rotate: bool = False,
-                       out_dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                       out_dtype: torch.dtype = torch.float32,
+                       key_rec: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dQ, dK, dV of the MXFP8 route (NUMERICS.md 4), with dQ and dK rotated back by the
     Hadamard transform when ``rotate`` (Q and K were rotated), in the kernels' epilogues.
 
@@ -372,8 +373,9 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     k_exps, v_exps [Tk, Hkv]. delta, m, ro: [Hq, Tq] fp32 (m = +inf and ro = 0 on rows that
     see no key); pv: [Tq, Hkv] int32; cu_seqlens_q/k: int32 [num_docs + 1], with
     cu_seqlens_*[-1] = T (rows outside every document are not written); cu_seqlens_q_t/k_t: int32 [num_docs + 1], the transposed codes'
-    document starts (``aligned_starts``, as the quantizers return them). D is 64 or 128 and
-    Hq a multiple of Hkv.
+    document starts (``aligned_starts``, as the quantizers return them); key_rec:
+    ``key_records(k_exps, v_exps)`` [Hkv, Tk] int32 if the caller has it (the forward's), else
+    built here. D is 64 or 128 and Hq a multiple of Hkv.
     Returns dq [Tq, Hq, D], dk and dv [Tk, Hkv, D] in ``out_dtype`` (fp32, bf16 or fp16,
     rounded to nearest even from the fp32 values: the rotate-back and the cast happen before
     the store, where a separate torch pass would read and write every gradient several times).
@@ -421,9 +423,12 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     # (zeroed here, inside the captured call), which one more pass scales and stores.
     dq_sums = torch.zeros((tq, hq, d), dtype=torch.float32, device=dev) if tiles.dq_atomic else dq
     work = tile_list(cu_seqlens_k, tk, tiles.bwd_block_n, reverse=False)
-    records, krecords = query_records(q_exps, do_exps, pv, m, ro, delta), key_records(k_exps, v_exps)
+    if key_rec is None:
+        key_rec = key_records(k_exps, v_exps)
+    check_operand("key_rec", key_rec, i32, (hkv, tk))
+    records = query_records(q_exps, do_exps, pv, m, ro, delta)
     _dkdv_kernel[(work.shape[1], hkv)](q_codes, q_codes_t, k_codes, k_codes_t, v_codes, do_codes,
-                                       dot_codes_t, dot_exps, records, krecords, cu_seqlens_q, cu_seqlens_k,
+                                       dot_codes_t, dot_exps, records, key_rec, cu_seqlens_q, cu_seqlens_k,
                                        cu_seqlens_q_t, cu_seqlens_k_t, work, work.shape[1], dk, dv, dq_sums,
                                        tq_t=tq_t, tk_t=tk_t, BM=tiles.bwd_block_m, BN=tiles.bwd_block_n,
                                        DQ_ATOMIC=tiles.dq_atomic, **args)
@@ -435,7 +440,7 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
         _dq_finish_kernel[grid](dq_sums, q_exps, dq, BM=tiles.dq_block_m, **epilogue)
         return dq, dk, dv
     work = tile_list(cu_seqlens_q, tq, tiles.dq_block_m, reverse=True)
-    _dq_kernel[(work.shape[1], hq)](q_codes, q_exps, k_codes, k_codes_t, v_codes, do_codes, records, krecords,
+    _dq_kernel[(work.shape[1], hq)](q_codes, q_exps, k_codes, k_codes_t, v_codes, do_codes, records, key_rec,
                                     cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, work, work.shape[1],
                                     dq, tk_t=tk_t, BM=tiles.dq_block_m, BN=tiles.dq_block_n, **args)
     return dq, dk, dv

@@ -27,9 +27,9 @@ def _find_docs(p_cu, rows, num_docs, STEPS: tl.constexpr):
     lo = tl.zeros_like(rows)  # invariant: cu[lo] <= row
     hi = tl.zeros_like(rows) + num_docs  # invariant: row < cu[hi]
     for _ in tl.static_range(STEPS):
-        mid = (lo + hi) // 2
-        below = tl.load(p_cu + mid, mask=hi - lo > 1, other=0) <= rows
         go = hi - lo > 1
+        mid = (lo + hi) // 2
+        below = tl.load(p_cu + mid, mask=go, other=0) <= rows
         lo = tl.where(go & below, mid, lo)
         hi = tl.where(go & ~below, mid, hi)
     return lo

@@ -25,8 +25,8 @@ from ..formats.hadamard import HADAMARD_DIMS
 from ..validation import INPUT_DTYPES
 from .fp8 import E4M3_EQ, E4M3_MQ, interpreting, pow2, scale_exponent, to_e4m3
 from .hadamard import rotate
-from .layout import T_ALIGN, aligned_starts, transposed_extent
-from .worklist import program_tile, tile_list
+from .layout import T_ALIGN, aligned_starts, check_operand, transposed_extent
+from .worklist import list_extent, program_tile, tile_list
 
 # Tokens per program of quantize_operand: two 32-token blocks; a [64, 128] bf16 tile is 16 KiB.
 OPERAND_UNIT = 64
@@ -38,12 +38,15 @@ class KernelOperand:
     codes: [T, H, D] float8_e4m3fn; codes_t: [H, D, T_t] float8_e4m3fn, the same codes with
     tokens contiguous in the layout of ``layout.py`` (zero outside documents), or None;
     exps: [T, H] int8, value = codes * 2^exps; cu_seqlens_t: int32 [num_docs + 1], the
-    documents' first columns in codes_t (``aligned_starts``), or None."""
+    documents' first columns in codes_t (``aligned_starts``), or None; work: the launch's
+    ``tile_list`` (int32 [2, W]; None without tokens), which another operand launch over the
+    same cu_seqlens can reuse."""
 
     codes: torch.Tensor
     codes_t: torch.Tensor | None
     exps: torch.Tensor
     cu_seqlens_t: torch.Tensor | None
+    work: torch.Tensor | None
 
 
 @dataclass(frozen=True)
@@ -208,11 +211,15 @@ def _check_divisor(n: int, of: int, name: str) -> None:
         raise ValueError(f"{name}: must be a power of two dividing {of}, got {n}")
 
 
-def _units(cu_seqlens: torch.Tensor, total: int, unit: int, heads: int) -> tuple[tuple[int, int], dict]:
-    """The grid (W, heads) and the kernels' work arguments (``worklist.tile_list``, every
-    document with a unit 0); no host sync."""
-    work = tile_list(cu_seqlens, total, unit, reverse=False, empty_docs=True)
-    return (work.shape[1], heads), dict(p_work=work, width=work.shape[1], num_docs=cu_seqlens.numel() - 1)
+def _units(cu_seqlens: torch.Tensor, total: int, unit: int, heads: int,
+           work: torch.Tensor | None = None) -> tuple[tuple[int, int], dict]:
+    """The grid (W, heads) and the kernels' work arguments: ``work`` if given, else built
+    (``worklist.tile_list``, every document with a unit 0); no host sync."""
+    num_docs = cu_seqlens.numel() - 1
+    if work is None:
+        work = tile_list(cu_seqlens, total, unit, reverse=False, empty_docs=True)
+    check_operand("work", work, torch.int32, (2, list_extent(total, num_docs, unit)))
+    return (work.shape[1], heads), dict(p_work=work, width=work.shape[1], num_docs=num_docs)
 
 
 def _transposed_codes(heads: int, d: int, total: int, cu_seqlens: torch.Tensor) -> torch.Tensor:
@@ -225,12 +232,14 @@ def _transposed_codes(heads: int, d: int, total: int, cu_seqlens: torch.Tensor) 
 
 def quantize_operand(x: torch.Tensor, cu_seqlens: torch.Tensor, block: int = 32,
                      hadamard: bool = False, transposed: bool = True,
-                     cu_seqlens_t: torch.Tensor | None = None) -> KernelOperand:
+                     cu_seqlens_t: torch.Tensor | None = None, work: torch.Tensor | None = None) -> KernelOperand:
     """Q, K or V -> token-block E4M3 in one launch. x: [T, H, D] bf16/fp16/fp32, contiguous;
     cu_seqlens: int32 [num_docs + 1] on x's device; block: tokens per scale block (32, or 1
     for per-token scales); hadamard: rotate the head dim first (NUMERICS.md 2);
     transposed: also write codes_t; cu_seqlens_t: ``aligned_starts(cu_seqlens)`` if the
-    caller has it (K's serves V), else computed here."""
+    caller has it (K's serves V), else computed here; work: the ``KernelOperand.work`` of an
+    earlier launch over the same cu_seqlens (Q's serves K and V in self-attention), else
+    built here."""
     _check_rows(x, "x")
     _check_divisor(block, OPERAND_UNIT, "block")
     total, heads, d = x.shape
@@ -244,13 +253,14 @@ def quantize_operand(x: torch.Tensor, cu_seqlens: torch.Tensor, block: int = 32,
         codes_t = _transposed_codes(heads, d, total, cu_seqlens)
     exps = torch.empty((total, heads), dtype=torch.int8, device=dev)
     if total:
-        grid, work = _units(cu_seqlens, total, OPERAND_UNIT, heads)
+        grid, args = _units(cu_seqlens, total, OPERAND_UNIT, heads, work)
         _quantize_operand_kernel[grid](
             x, codes, codes_t, exps, cu_seqlens, cu_t, T_t=0 if codes_t is None else codes_t.shape[2], H=heads,
             inv_sqrt_d=1.0 / math.sqrt(d), D=d, UNIT=OPERAND_UNIT, BLOCK=block,
             HADAMARD_STAGES=d.bit_length() - 1 if hadamard else 0, TRANSPOSED=transposed, T_ALIGN=T_ALIGN,
-            INTERPRET=interpreting(), **work)
-    return KernelOperand(codes, codes_t, exps, cu_t)
+            INTERPRET=interpreting(), **args)
+        work = args["p_work"]
+    return KernelOperand(codes, codes_t, exps, cu_t, work)
 
 
 def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu_seqlens: torch.Tensor,
@@ -280,9 +290,9 @@ def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu
     dot_exps = torch.empty((total, heads), dtype=torch.int8, device=dev)
     delta = torch.empty((heads, total), dtype=torch.float32, device=dev)
     if total:
-        grid, work = _units(cu_seqlens, total, step, heads)
+        grid, args = _units(cu_seqlens, total, step, heads)
         _quantize_grad_output_kernel[grid](
             do, o, ro.contiguous(), do_codes, do_exps, dot_codes_t, dot_exps, delta, cu_seqlens, cu_t,
             T=total, T_t=dot_codes_t.shape[2], H=heads, D=d, STEP=step, BLOCK=block, T_ALIGN=T_ALIGN,
-            INTERPRET=interpreting(), **work)
+            INTERPRET=interpreting(), **args)
     return KernelGradOutput(do_codes, do_exps, dot_codes_t, dot_exps, delta, cu_t)
