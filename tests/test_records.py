@@ -1,13 +1,16 @@
 """flamia/kernels/records.py: what the builders pack, the Triton decoders give back exactly,
 over the whole int8 exponent range, PV's range, every fp32 bit pattern class (+-inf, -0,
-subnormals) and GQA; rows past a document's end read (+inf, 0, 0, 0, 0, 0). On the CPU the
-decoders run on Triton's interpreter."""
+subnormals) and GQA; rows past a document's end read (+inf, 0, 0, 0, 0, 0). The key factor
+records hold 2^eK and 2^eV exactly over the quantizers' exponent range, and keys past the end
+read 1. On the CPU the decoders run on Triton's interpreter."""
 import pytest
 import torch
 import triton
 import triton.language as tl
 
-from flamia.kernels.records import key_exponents, key_records, query_fields, query_records
+from flamia.formats.scales import EXP_MAX, EXP_MIN
+from flamia.kernels.records import (key_exponents, key_factor_records, key_factors, key_records, query_fields,
+                                    query_records)
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 N = 64  # rows per program
@@ -31,6 +34,16 @@ def _key_kernel(p_krec, p_kout, n, N: tl.constexpr):
     e_k, e_v = key_exponents(p_krec + h * n, o, o < n, True)
     tl.store(p_kout + (h * 2) * N + o, e_k)
     tl.store(p_kout + (h * 2 + 1) * N + o, e_v)
+
+
+@triton.jit
+def _key_factor_kernel(p_kfr, p_out, n, N: tl.constexpr):
+    """Program h: (kf, vf) [2, N] of keys 0..N-1 of KV head h (keys >= n masked)."""
+    h = tl.program_id(0).to(tl.int64)
+    o = tl.arange(0, N)
+    kf, vf = key_factors(p_kfr + h * n * 2, o, o < n, True)
+    tl.store(p_out + (h * 2) * N + o, kf)
+    tl.store(p_out + (h * 2 + 1) * N + o, vf)
 
 
 def _inputs(t: int, hq: int, hkv: int, seed: int):
@@ -72,3 +85,18 @@ def test_decoders_return_what_the_builders_pack(hq, hkv):
         assert torch.equal(kout[h, 0, :t], k_exps[:, h].int()) and torch.equal(kout[h, 1, :t], v_exps[:, h].int())
         assert not kout[h, :, t:].any()
 
+
+
+def test_key_factors_are_exact_powers_of_two():
+    t, hkv = 50, 3
+    g = torch.Generator().manual_seed(7)
+    k_exps, v_exps = (torch.randint(EXP_MIN, EXP_MAX + 1, (t, hkv), generator=g).to(torch.int8) for _ in range(2))
+    k_exps[0], v_exps[0], k_exps[1], v_exps[1] = EXP_MIN, EXP_MAX, EXP_MAX, EXP_MIN
+    kfr = key_factor_records(k_exps.to(DEVICE), v_exps.to(DEVICE))
+    out = torch.empty((hkv, 2, N), dtype=torch.float32, device=DEVICE)
+    _key_factor_kernel[(hkv,)](kfr, out, t, N=N)
+    out = out.cpu()
+    pow2 = lambda e: torch.ldexp(torch.ones(e.shape), e.int())
+    for h in range(hkv):
+        assert torch.equal(out[h, 0, :t], pow2(k_exps[:, h])) and torch.equal(out[h, 1, :t], pow2(v_exps[:, h]))
+    assert torch.equal(out[:, :, t:], torch.ones(hkv, 2, N - t)), "keys past the end read kf = vf = 1"

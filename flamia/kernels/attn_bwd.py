@@ -32,7 +32,7 @@ from .fp8 import (E4M3_EQ, E4M3_MQ, e4m3_grid, interpreting, maybe_masked_load, 
 from .hadamard import rotate
 from .layout import T_ALIGN as _T_ALIGN
 from .layout import check_operand, transposed_extent
-from .records import key_exponents, key_records, query_fields, query_records
+from .records import key_factor_records, key_factors, query_fields, query_records
 from .worklist import program_tile, tile_list
 
 LOG2E = math.log2(math.e)
@@ -68,9 +68,18 @@ def _query_factors(p_rec, o_i, m_i, s2, SIGMA: tl.constexpr, MASK: tl.constexpr)
 
 
 @triton.jit
-def _key_factors(e_k, e_v):
-    """Per-key vectors [N] from the exponents: (kf = 2^eK, vf = 2^eV, vinv = 2^-eV)."""
-    return pow2(e_k), pow2(e_v), pow2(-e_v)
+def _key_factors(p_kfr, o_k, m_k, MASK: tl.constexpr):
+    """Per-key vectors [N] fp32 of keys o_k (``records.key_factors``; p_kfr at the document's
+    first key and the KV head): (kf = 2^eK, vf = 2^eV, vinv = 2^-eV)."""
+    kf, vf = key_factors(p_kfr, o_k, m_k, MASK)
+    return kf, vf, _reciprocal_pow2(vf)
+
+
+@triton.jit
+def _reciprocal_pow2(x):
+    """Exact 1 / x of an fp32 power of two 2^e, e in [-126, 127], on its bits:
+    (127 - e) << 23 = (254 << 23) - ((127 + e) << 23)."""
+    return (0x7F000000 - x.to(tl.int32, bitcast=True)).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -211,7 +220,7 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_r
 
 
 @triton.jit
-def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_krec, p_cu_q, p_cu_k, p_cu_qt,
+def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_kfr, p_cu_q, p_cu_k, p_cu_qt,
                  p_cu_kt, p_work, width, p_dk, p_dv, p_dqa, s2, scale, inv_sqrt_d, wl, wr, total_q, total_k, heads_q,
                  tq_t, tk_t,
                  GROUP: tl.constexpr, SIGMA: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
@@ -236,8 +245,7 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_krec,
     o_kv = (k_start * heads_kv + h_k) * D  # the document's first K, V, dK, dV row of this head
     b_k = _load_rows(p_k + o_kv, o_k, m_k, heads_kv * D, D, True)  # [BN, D]
     b_v = _load_rows(p_v + o_kv, o_k, m_k, heads_kv * D, D, True)  # [BN, D]
-    e_k, e_v = key_exponents(p_krec + h_k * total_k + k_start, o_k, m_k, True)
-    key = _key_factors(e_k, e_v)
+    key = _key_factors(p_kfr + (h_k * total_k + k_start) * 2, o_k, m_k, True)
     b_kt = b_k  # a placeholder the steps ignore unless DQ_ATOMIC
     if DQ_ATOMIC:
         b_kt = _load_cols(p_kt + h_k * D * tk_t + k_start_t, o_k, span_k, tk_t, D, True)  # [D, BN]
@@ -264,17 +272,17 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_krec,
                                         p_dote + o_qe, p_dqa_h, geo, span_q, heads_q, tq_t, s2, SIGMA, D, BM,
                                         True, DQ_ATOMIC, INTERPRET)
     o_out = o_kv + o_k.to(tl.int64)[:, None] * (heads_kv * D) + tl.arange(0, D)[None, :]  # [BN, D]
-    b_dk = rotate(acc_dk * (scale * pow2(-e_k))[:, None], inv_sqrt_d, ROTATE_STAGES)  # [BN, D]
+    b_dk = rotate(acc_dk * (scale * _reciprocal_pow2(key[0]))[:, None], inv_sqrt_d, ROTATE_STAGES)  # [BN, D]
     tl.store(p_dk + o_out, to_output(b_dk, p_dk.dtype.element_ty, INTERPRET), mask=m_k[:, None])
     tl.store(p_dv + o_out, to_output(acc_dv * key[2][:, None], p_dv.dtype.element_ty, INTERPRET), mask=m_k[:, None])
 
 
 @triton.jit
-def _dq_step(acc, b_q, b_do, qry, o_i, k0, p_rows, p_kt, p_krec, geo, span_k, heads_kv, tk_t, D: tl.constexpr,
+def _dq_step(acc, b_q, b_do, qry, o_i, k0, p_rows, p_kt, p_kfr, geo, span_k, heads_kv, tk_t, D: tl.constexpr,
              BN: tl.constexpr, MASK: tl.constexpr, INTERPRET: tl.constexpr):
     """One key step [k0, k0 + BN) of a query tile: acc [BM, D] += its dQ payload. b_q, b_do:
     [BM, D] codes; qry: ``_query_factors``; o_i: [BM] query positions; p_rows = (K^, V^)
-    row-major, p_kt K^T transposed (row stride tk_t) and p_krec (``key_records``): all at
+    row-major, p_kt K^T transposed (row stride tk_t) and p_kfr (``key_factor_records``): all at
     the document's first key (column) and the KV head; span_k: the document's transposed span."""
     p_k, p_v = p_rows
     o_k = k0 + tl.arange(0, BN)  # [BN] key positions
@@ -282,7 +290,7 @@ def _dq_step(acc, b_q, b_do, qry, o_i, k0, p_rows, p_kt, p_krec, geo, span_k, he
     b_k = _load_rows(p_k, o_k, m_k, heads_kv * D, D, MASK)  # [BN, D]
     b_v = _load_rows(p_v, o_k, m_k, heads_kv * D, D, MASK)  # [BN, D]
     b_kt = _load_cols(p_kt, o_k, span_k, tk_t, D, MASK)  # [D, BN]
-    key = _key_factors(*key_exponents(p_krec, o_k, m_k, MASK))
+    key = _key_factors(p_kfr, o_k, m_k, MASK)
     b_zero = tl.zeros([b_q.shape[0], BN], dtype=tl.float32)
     b_s = mma(b_q, tl.trans(b_k), b_zero, INTERPRET)  # [BM, BN] S
     b_dp = mma(b_do, tl.trans(b_v), b_zero, INTERPRET)  # [BM, BN] dP before its factors
@@ -291,7 +299,7 @@ def _dq_step(acc, b_q, b_do, qry, o_i, k0, p_rows, p_kt, p_krec, geo, span_k, he
 
 
 @triton.jit
-def _dq_kernel(p_q, p_qe, p_k, p_kt, p_v, p_do, p_rec, p_krec, p_cu_q, p_cu_k, p_cu_qt, p_cu_kt, p_work, width, p_dq,
+def _dq_kernel(p_q, p_qe, p_k, p_kt, p_v, p_do, p_rec, p_kfr, p_cu_q, p_cu_k, p_cu_qt, p_cu_kt, p_work, width, p_dq,
                s2, scale,
                inv_sqrt_d, wl, wr, total_q, total_k, heads_q, tk_t, GROUP: tl.constexpr,
                SIGMA: tl.constexpr, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
@@ -318,16 +326,16 @@ def _dq_kernel(p_q, p_qe, p_k, p_kt, p_v, p_do, p_rec, p_krec, p_cu_q, p_cu_k, p
     o_kv = (k_start * heads_kv + h_k) * D
     p_rows = (p_k + o_kv, p_v + o_kv)
     p_kt_doc = p_kt + h_k * D * tk_t + k_start_t
-    p_krec_doc = p_krec + h_k * total_k + k_start
+    p_kfr_doc = p_kfr + (h_k * total_k + k_start) * 2
     # Query i sees the keys k with i + off - wl <= k <= i + off + wr.
     lo, hi, full_lo, full_hi = _step_range(i0, len_q, len_k, len_k - len_q, wl, wr, BM, BN)
     acc = tl.zeros([BM, D], dtype=tl.float32)
     for j in range(full_lo, full_hi):
-        acc = _dq_step(acc, b_q, b_do, qry, o_i, j * BN, p_rows, p_kt_doc, p_krec_doc, geo, span_k, heads_kv, tk_t, D,
+        acc = _dq_step(acc, b_q, b_do, qry, o_i, j * BN, p_rows, p_kt_doc, p_kfr_doc, geo, span_k, heads_kv, tk_t, D,
                        BN, False, INTERPRET)
     for t in range(0, (full_lo - lo) + (hi - full_hi)):
         k0 = _masked_step(t, lo, full_lo, full_hi) * BN
-        acc = _dq_step(acc, b_q, b_do, qry, o_i, k0, p_rows, p_kt_doc, p_krec_doc, geo, span_k, heads_kv, tk_t, D, BN,
+        acc = _dq_step(acc, b_q, b_do, qry, o_i, k0, p_rows, p_kt_doc, p_kfr_doc, geo, span_k, heads_kv, tk_t, D, BN,
                        True, INTERPRET)
     _store_dq(p_dq, p_qe, acc, q_start + o_i, m_i, h_q, heads_q, scale, inv_sqrt_d, D, ROTATE_STAGES, INTERPRET)
 
@@ -361,8 +369,7 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
                        dot_codes_t, dot_exps, delta, m, ro, pv, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t,
                        *, causal: bool, window_size: tuple[int, int], softmax_scale: float,
                        sigma: int, tiles: AttnTiles, rotate: bool = False,
-                       out_dtype: torch.dtype = torch.float32,
-                       key_rec: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                       out_dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dQ, dK, dV of the MXFP8 route (NUMERICS.md 4), with dQ and dK rotated back by the
     Hadamard transform when ``rotate`` (Q and K were rotated), in the kernels' epilogues.
 
@@ -373,9 +380,8 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     k_exps, v_exps [Tk, Hkv]. delta, m, ro: [Hq, Tq] fp32 (m = +inf and ro = 0 on rows that
     see no key); pv: [Tq, Hkv] int32; cu_seqlens_q/k: int32 [num_docs + 1], with
     cu_seqlens_*[-1] = T (rows outside every document are not written); cu_seqlens_q_t/k_t: int32 [num_docs + 1], the transposed codes'
-    document starts (``aligned_starts``, as the quantizers return them); key_rec:
-    ``key_records(k_exps, v_exps)`` [Hkv, Tk] int32 if the caller has it (the forward's), else
-    built here. D is 64 or 128 and Hq a multiple of Hkv.
+    document starts (``aligned_starts``, as the quantizers return them). D is 64 or 128 and Hq
+    a multiple of Hkv.
     Returns dq [Tq, Hq, D], dk and dv [Tk, Hkv, D] in ``out_dtype`` (fp32, bf16 or fp16,
     rounded to nearest even from the fp32 values: the rotate-back and the cast happen before
     the store, where a separate torch pass would read and write every gradient several times).
@@ -417,21 +423,19 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     wl, wr = (w if w >= 0 else unbounded for w in (wl, wr))
     args = dict(s2=softmax_scale * LOG2E, scale=softmax_scale, inv_sqrt_d=1.0 / math.sqrt(d), wl=wl, wr=wr,
                 total_q=tq, total_k=tk, heads_q=hq, GROUP=hq // hkv, SIGMA=sigma, D=d,
-                ROTATE_STAGES=d.bit_length() - 1 if rotate else 0, INTERPRET=interpreting(),
-                num_warps=tiles.bwd_warps, num_stages=tiles.bwd_stages)
+                ROTATE_STAGES=d.bit_length() - 1 if rotate else 0, INTERPRET=interpreting())
     # dq_atomic: the dK/dV kernel adds every dQ payload into an fp32 [Tq, Hq, D] buffer
     # (zeroed here, inside the captured call), which one more pass scales and stores.
     dq_sums = torch.zeros((tq, hq, d), dtype=torch.float32, device=dev) if tiles.dq_atomic else dq
     work = tile_list(cu_seqlens_k, tk, tiles.bwd_block_n, reverse=False)
-    if key_rec is None:
-        key_rec = key_records(k_exps, v_exps)
-    check_operand("key_rec", key_rec, i32, (hkv, tk))
+    key_fac = key_factor_records(k_exps, v_exps)
     records = query_records(q_exps, do_exps, pv, m, ro, delta)
     _dkdv_kernel[(work.shape[1], hkv)](q_codes, q_codes_t, k_codes, k_codes_t, v_codes, do_codes,
-                                       dot_codes_t, dot_exps, records, key_rec, cu_seqlens_q, cu_seqlens_k,
+                                       dot_codes_t, dot_exps, records, key_fac, cu_seqlens_q, cu_seqlens_k,
                                        cu_seqlens_q_t, cu_seqlens_k_t, work, work.shape[1], dk, dv, dq_sums,
                                        tq_t=tq_t, tk_t=tk_t, BM=tiles.bwd_block_m, BN=tiles.bwd_block_n,
-                                       DQ_ATOMIC=tiles.dq_atomic, **args)
+                                       DQ_ATOMIC=tiles.dq_atomic, num_warps=tiles.bwd_warps,
+                                       num_stages=tiles.bwd_stages, **args)
     if tiles.dq_atomic:
         grid = (triton.cdiv(tq, tiles.dq_block_m), hq)
         # the dQ kernel's epilogue constants, from the same dict
@@ -440,7 +444,8 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
         _dq_finish_kernel[grid](dq_sums, q_exps, dq, BM=tiles.dq_block_m, **epilogue)
         return dq, dk, dv
     work = tile_list(cu_seqlens_q, tq, tiles.dq_block_m, reverse=True)
-    _dq_kernel[(work.shape[1], hq)](q_codes, q_exps, k_codes, k_codes_t, v_codes, do_codes, records, key_rec,
+    _dq_kernel[(work.shape[1], hq)](q_codes, q_exps, k_codes, k_codes_t, v_codes, do_codes, records, key_fac,
                                     cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, work, work.shape[1],
-                                    dq, tk_t=tk_t, BM=tiles.dq_block_m, BN=tiles.dq_block_n, **args)
+                                    dq, tk_t=tk_t, BM=tiles.dq_block_m, BN=tiles.dq_block_n, num_warps=tiles.dq_warps,
+                                    num_stages=tiles.dq_stages, **args)
     return dq, dk, dv

@@ -24,18 +24,26 @@ class AttnTiles:
     174-188), bwd 147 -> 181 with 3 stages (64-query steps 112, 4 warps 51, 128-key dQ steps
     136). Re-checked after the records of kernels/records.py (2026-11-29, eq8x8k, kernel-only):
     bwd 264 TFLOP/s against 255 with 64-query steps and 258 with 128-key dQ steps; fwd 491
-    against 408 with 128-row tiles and 8 warps. d=64 is untuned and shares these."""
+    against 408 with 128-row tiles and 8 warps. Session 6 (same machine and versions,
+    2026-11-30, kernel-only, CUDA ms per kernel, benchmarks/results/2026-11-30-h200-s6): one
+    warpgroup per program and two programs per SM, each kernel's own warps and stages
+    (``dq_warps``, ``dq_stages``): dK/dV on 64-key tiles with 4 warps 13.03 -> 11.33 ms, dQ on
+    64-row tiles with 4 warps 8.00 -> 7.17 ms on eq8x8k (logu11-16k and skew8k+224x256 alike);
+    at 255 registers per thread, 128 threads fit twice in the register file, 256 once.
+    d=64 is untuned and shares these."""
 
     fwd_block_m: int = 64
     fwd_block_n: int = 128
     bwd_block_m: int = 32
-    bwd_block_n: int = 128
-    dq_block_m: int = 128
+    bwd_block_n: int = 64
+    dq_block_m: int = 64
     dq_block_n: int = 64
     fwd_warps: int = 4
     fwd_stages: int = 3
-    bwd_warps: int = 8
+    bwd_warps: int = 4
     bwd_stages: int = 3
+    dq_warps: int = 4
+    dq_stages: int = 3
     # dQ from the dK/dV kernel's tiles, added with fp32 atomics (5 MMAs per pair instead of
     # 7, no dQ kernel; dQ's summation order then varies from run to run). The dQ payload's
     # scale spans the key tile, hence dq_block_n == bwd_block_n. Off: slower on the same

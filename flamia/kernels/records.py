@@ -4,13 +4,18 @@ it: every thread loads each value for each row or column it holds, with its own 
 address arithmetic. Six such vectors per query step made integer instructions a quarter of
 the dK/dV kernel's (ncu, H200, 2026-11-29); one 16-byte record per query and one int32 per
 key, tokens contiguous, cut the backward from 27.6 to 20.9 ms on eq8x8k, bitwise unchanged.
+Where the dQ kernel reads keys (a key vector per step), it reads their fp32 factors instead
+(``key_factor_records``): the decoding of eK and eV took about 100 of the step loop's 999
+instructions, and dQ went from 7.17 to 6.37 ms on eq8x8k (H200, 2026-11-30). The same fp32
+form did not pay elsewhere: 32-byte query records made the dK/dV kernel 19% slower, and fp32
+key factors made the forward spill (2.8% slower), so those keep the packed exponents.
 Builders and decoders are Triton (the builders one launch each, no host sync).
 """
 import torch
 import triton
 import triton.language as tl
 
-from .fp8 import maybe_masked_load
+from .fp8 import maybe_masked_load, pow2
 
 
 _ROWS = 256  # tokens per program of the builders
@@ -44,6 +49,17 @@ def key_records(k_exps: torch.Tensor, v_exps: torch.Tensor) -> torch.Tensor:
     return rec
 
 
+def key_factor_records(k_exps: torch.Tensor, v_exps: torch.Tensor) -> torch.Tensor:
+    """[Hkv, Tk, 2] fp32: (kf = 2^eK, vf = 2^eV) per (KV head, key), tokens contiguous;
+    ``key_factors`` reads them. k_exps, v_exps: [Tk, Hkv] int8."""
+    total, heads_kv = k_exps.shape
+    rec = torch.empty((heads_kv, total, 2), dtype=torch.float32, device=k_exps.device)
+    if total and heads_kv:
+        _key_factor_records_kernel[(triton.cdiv(total, _ROWS), heads_kv)](k_exps, v_exps, rec, total, heads_kv,
+                                                                          N=_ROWS)
+    return rec
+
+
 @triton.jit
 def _query_records_kernel(p_qe, p_doe, p_pv, p_m, p_ro, p_delta, p_rec, total, heads_q, heads_kv,
                           GROUP: tl.constexpr, N: tl.constexpr):
@@ -74,6 +90,17 @@ def _key_records_kernel(p_ke, p_ve, p_krec, total, heads_kv, N: tl.constexpr):
 
 
 @triton.jit
+def _key_factor_records_kernel(p_ke, p_ve, p_kfr, total, heads_kv, N: tl.constexpr):
+    """Program (token chunk, KV head): the factors of N keys (``key_factor_records``)."""
+    h = tl.program_id(1).to(tl.int64)
+    t = tl.program_id(0).to(tl.int64) * N + tl.arange(0, N)  # [N] keys
+    m_t = t < total
+    o_r = (h * total + t) * 2
+    tl.store(p_kfr + o_r, pow2(tl.load(p_ke + t * heads_kv + h, mask=m_t, other=0).to(tl.int32)), mask=m_t)
+    tl.store(p_kfr + o_r + 1, pow2(tl.load(p_ve + t * heads_kv + h, mask=m_t, other=0).to(tl.int32)), mask=m_t)
+
+
+@triton.jit
 def key_exponents(p_krec, o_k, m_k, MASK: tl.constexpr):
     """(eK, eV) int32 [N] of keys o_k from their records (``key_records``; p_krec at the
     document's first key of the head); MASK: mask the load with m_k (zero fill)."""
@@ -96,3 +123,11 @@ def query_fields(p_rec, o_i, m_i, MASK: tl.constexpr):
     f32 = tl.float32
     return (m_bits.to(f32, bitcast=True), ro_bits.to(f32, bitcast=True), delta_bits.to(f32, bitcast=True),
             (exps << 24) >> 24, (exps << 16) >> 24, exps >> 16)
+
+
+@triton.jit
+def key_factors(p_kfr, o_k, m_k, MASK: tl.constexpr):
+    """(kf, vf) fp32 [N] of keys o_k from ``key_factor_records`` (p_kfr at the document's
+    first key of the head); MASK: mask the load with m_k (keys past it read 1, as eK = eV = 0)."""
+    o_r = o_k.to(tl.int64)[:, None] * 2 + tl.arange(0, 2)[None, :]  # [N, 2]
+    return tl.split(maybe_masked_load(p_kfr + o_r, m_k[:, None], 1.0, MASK))
