@@ -29,7 +29,9 @@ class AttnTiles:
     warpgroup per program and two programs per SM, each kernel's own warps and stages
     (``dq_warps``, ``dq_stages``): dK/dV on 64-key tiles with 4 warps 13.03 -> 11.33 ms, dQ on
     64-row tiles with 4 warps 8.00 -> 7.17 ms on eq8x8k (logu11-16k and skew8k+224x256 alike);
-    at 255 registers per thread, 128 threads fit twice in the register file, 256 once.
+    at 255 registers per thread, 128 threads fit twice in the register file, 256 once. Then
+    4 stages for dK/dV 11.97 -> 10.89 ms (2 stages 12.79; dQ with 2 stages 6.43 -> 7.05; dQ
+    through atomics, now possible with 64-key tiles: dK/dV 25.9 ms, no dQ kernel).
     d=64 is untuned and shares these."""
 
     fwd_block_m: int = 64
@@ -41,7 +43,7 @@ class AttnTiles:
     fwd_warps: int = 4
     fwd_stages: int = 3
     bwd_warps: int = 4
-    bwd_stages: int = 3
+    bwd_stages: int = 4
     dq_warps: int = 4
     dq_stages: int = 3
     # dQ from the dK/dV kernel's tiles, added with fp32 atomics (5 MMAs per pair instead of
