@@ -58,13 +58,12 @@ def _load_cols(p, o_t, span, stride, D: tl.constexpr, MASK: tl.constexpr):
 
 
 @triton.jit
-def _query_factors(p_rec, o_i, m_i, s2, SIGMA: tl.constexpr, MASK: tl.constexpr):
+def _query_factors(p_rec, o_i, m_i, s2, MASK: tl.constexpr):
     """Per-query vectors [N] of rows o_i: (qf = s2 2^eQ, qg = 2^eQ, m, rf = 2^(sigma - PV),
     ro, dof = 2^edO, delta), from their records (``records.query_fields``). Rows past the
     document's end get m = +inf and ro = 0, so their P and G vanish."""
-    m, ro, delta, e_q, e_do, pv = query_fields(p_rec, o_i, m_i, MASK)
-    qg = pow2(e_q)
-    return s2 * qg, qg, m, pow2(SIGMA - pv), ro, pow2(e_do), delta
+    m, ro, delta, qg, dof, rf = query_fields(p_rec, o_i, m_i, MASK)
+    return s2 * qg, qg, m, rf, ro, dof, delta
 
 
 @triton.jit
@@ -188,7 +187,7 @@ def _dq_atomic_add(p_dqa, b_gt, b_kt, o_i, m_i, heads_q, D: tl.constexpr, INTERP
 
 @triton.jit
 def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_rec, p_dote, p_dqa, geo, span_q,
-               heads_q, tq_t, s2, SIGMA: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
+               heads_q, tq_t, s2, D: tl.constexpr, BM: tl.constexpr,
                MASK: tl.constexpr, DQ_ATOMIC: tl.constexpr, INTERPRET: tl.constexpr):
     """One query step [i0, i0 + BM) of a key tile: adds its dK and dV payloads to acc_dk,
     acc_dv [BN, D], and with DQ_ATOMIC its dQ payload to p_dqa (``_dq_atomic_add``; b_kt
@@ -204,7 +203,7 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_r
     b_do = _load_rows(p_do, o_i, m_i, heads_q * D, D, MASK)  # [BM, D]
     b_qt = _load_cols(p_qt, o_i, span_q, tq_t, D, MASK)  # [D, BM]
     b_dott = _load_cols(p_dott, o_i, span_q, tq_t, D, MASK)  # [D, BM]
-    qry = _query_factors(p_rec, o_i, m_i, s2, SIGMA, MASK)
+    qry = _query_factors(p_rec, o_i, m_i, s2, MASK)
     # dOt^ has one exponent per query step: read it at the step's first row (inside the document).
     e_dot = tl.load(p_dote + tl.cast(i0, tl.int64) * heads_q).to(tl.int32)
     b_zero = tl.zeros([b_k.shape[0], BM], dtype=tl.float32)
@@ -223,7 +222,7 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_r
 def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_kfr, p_cu_q, p_cu_k, p_cu_qt,
                  p_cu_kt, p_work, width, p_dk, p_dv, p_dqa, s2, scale, inv_sqrt_d, wl, wr, total_q, total_k, heads_q,
                  tq_t, tk_t,
-                 GROUP: tl.constexpr, SIGMA: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
+                 GROUP: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
                  BN: tl.constexpr, ROTATE_STAGES: tl.constexpr, DQ_ATOMIC: tl.constexpr, INTERPRET: tl.constexpr):
     """Program ((document, key tile), KV head): dK and dV [BN, D] of the tile, summed over
     the query heads of its GQA group, stored in p_dk's dtype (dK rotated back when
@@ -264,12 +263,12 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_kfr, 
         p_dqa_h = p_dqa + o_qd
         for j in range(full_lo, full_hi):
             acc_dk, acc_dv = _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, j * BM, p_rows, p_cols, p_rec_h,
-                                        p_dote + o_qe, p_dqa_h, geo, span_q, heads_q, tq_t, s2, SIGMA, D, BM,
+                                        p_dote + o_qe, p_dqa_h, geo, span_q, heads_q, tq_t, s2, D, BM,
                                         False, DQ_ATOMIC, INTERPRET)
         for t in range(0, (full_lo - lo) + (hi - full_hi)):
             i0 = _masked_step(t, lo, full_lo, full_hi) * BM
             acc_dk, acc_dv = _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_rec_h,
-                                        p_dote + o_qe, p_dqa_h, geo, span_q, heads_q, tq_t, s2, SIGMA, D, BM,
+                                        p_dote + o_qe, p_dqa_h, geo, span_q, heads_q, tq_t, s2, D, BM,
                                         True, DQ_ATOMIC, INTERPRET)
     o_out = o_kv + o_k.to(tl.int64)[:, None] * (heads_kv * D) + tl.arange(0, D)[None, :]  # [BN, D]
     b_dk = rotate(acc_dk * (scale * _reciprocal_pow2(key[0]))[:, None], inv_sqrt_d, ROTATE_STAGES)  # [BN, D]
@@ -302,7 +301,7 @@ def _dq_step(acc, b_q, b_do, qry, o_i, k0, p_rows, p_kt, p_kfr, geo, span_k, hea
 def _dq_kernel(p_q, p_qe, p_k, p_kt, p_v, p_do, p_rec, p_kfr, p_cu_q, p_cu_k, p_cu_qt, p_cu_kt, p_work, width, p_dq,
                s2, scale,
                inv_sqrt_d, wl, wr, total_q, total_k, heads_q, tk_t, GROUP: tl.constexpr,
-               SIGMA: tl.constexpr, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+               D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
                ROTATE_STAGES: tl.constexpr, INTERPRET: tl.constexpr):
     """Program ((document, query tile), query head): dQ [BM, D] of the tile in p_dq's dtype
     (rotated back when ROTATE_STAGES > 0). The work list puts long documents first and, in
@@ -322,7 +321,7 @@ def _dq_kernel(p_q, p_qe, p_k, p_kt, p_v, p_do, p_rec, p_kfr, p_cu_q, p_cu_k, p_
     o_qd = (q_start * heads_q + h_q) * D
     b_q = _load_rows(p_q + o_qd, o_i, m_i, heads_q * D, D, True)  # [BM, D]
     b_do = _load_rows(p_do + o_qd, o_i, m_i, heads_q * D, D, True)  # [BM, D]
-    qry = _query_factors(p_rec + (h_q * total_q + q_start) * 4, o_i, m_i, s2, SIGMA, True)
+    qry = _query_factors(p_rec + (h_q * total_q + q_start) * 4, o_i, m_i, s2, True)
     o_kv = (k_start * heads_kv + h_k) * D
     p_rows = (p_k + o_kv, p_v + o_kv)
     p_kt_doc = p_kt + h_k * D * tk_t + k_start_t
@@ -422,14 +421,14 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     unbounded = tq + tk
     wl, wr = (w if w >= 0 else unbounded for w in (wl, wr))
     args = dict(s2=softmax_scale * LOG2E, scale=softmax_scale, inv_sqrt_d=1.0 / math.sqrt(d), wl=wl, wr=wr,
-                total_q=tq, total_k=tk, heads_q=hq, GROUP=hq // hkv, SIGMA=sigma, D=d,
+                total_q=tq, total_k=tk, heads_q=hq, GROUP=hq // hkv, D=d,
                 ROTATE_STAGES=d.bit_length() - 1 if rotate else 0, INTERPRET=interpreting())
     # dq_atomic: the dK/dV kernel adds every dQ payload into an fp32 [Tq, Hq, D] buffer
     # (zeroed here, inside the captured call), which one more pass scales and stores.
     dq_sums = torch.zeros((tq, hq, d), dtype=torch.float32, device=dev) if tiles.dq_atomic else dq
     work = tile_list(cu_seqlens_k, tk, tiles.bwd_block_n, reverse=False)
     key_fac = key_factor_records(k_exps, v_exps)
-    records = query_records(q_exps, do_exps, pv, m, ro, delta)
+    records = query_records(q_exps, do_exps, pv, m, ro, delta, sigma)
     _dkdv_kernel[(work.shape[1], hkv)](q_codes, q_codes_t, k_codes, k_codes_t, v_codes, do_codes,
                                        dot_codes_t, dot_exps, records, key_fac, cu_seqlens_q, cu_seqlens_k,
                                        cu_seqlens_q_t, cu_seqlens_k_t, work, work.shape[1], dk, dv, dq_sums,

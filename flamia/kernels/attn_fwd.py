@@ -22,7 +22,7 @@ from ..masks import effective_window
 from .configs import AttnTiles
 from .fp8 import interpreting, maybe_masked_load, mma, pow2, to_e4m3, to_output
 from .layout import T_ALIGN, check_operand, transposed_extent
-from .records import key_exponents, key_records
+from .records import key_records, packed_key_factors
 from .worklist import program_tile, tile_list
 
 LOG2E = math.log2(math.e)
@@ -53,8 +53,7 @@ def _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k, p_vt, p_krec, k_lo, b_fi
     b_k = maybe_masked_load(p_k + o_tok[:, None] * (heads_kv * D) + o_d[None, :], m_k[:, None], 0.0, MASK)  # [BN, D]
     p_vt_tile = p_vt + o_d[:, None].to(tl.int64) * tk_t + o_tok[None, :]
     b_vt = maybe_masked_load(p_vt_tile, (o_n < n_vt)[None, :], 0.0, MASK)  # [D, BN]
-    e_k, e_v = key_exponents(p_krec, o_n, m_k, MASK)                # [BN] int32
-    b_kf, b_vf = pow2(e_k), pow2(e_v)
+    b_kf, b_vf = packed_key_factors(p_krec, o_n, m_k, MASK)         # [BN] fp32 2^eK, 2^eV
 
     b_s = mma(b_q, tl.trans(b_k), tl.zeros([b_q.shape[0], BN], tl.float32), INTERPRET)  # [BM, BN]
     b_x = (b_s * b_qf[:, None]) * b_kf[None, :]

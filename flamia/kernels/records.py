@@ -4,6 +4,9 @@ it: every thread loads each value for each row or column it holds, with its own 
 address arithmetic. Six such vectors per query step made integer instructions a quarter of
 the dK/dV kernel's (ncu, H200, 2026-11-29); one 16-byte record per query and one int32 per
 key, tokens contiguous, cut the backward from 27.6 to 20.9 ms on eq8x8k, bitwise unchanged.
+The packed words hold each exponent e as the fp32 exponent field of 2^e (e + 127, 8 bits),
+at bits 23-30, 15-22 or 7-14, so a decoder makes the fp32 factor with one mask, or a shift
+and a mask, instead of a sign extension, a bias and a shift (``_field_pow2``).
 Where the dQ kernel reads keys (a key vector per step), it reads their fp32 factors instead
 (``key_factor_records``): the decoding of eK and eV took about 100 of the step loop's 999
 instructions, and dQ went from 7.17 to 6.37 ms on eq8x8k (H200, 2026-11-30). The same fp32
@@ -22,25 +25,32 @@ _ROWS = 256  # tokens per program of the builders
 
 
 def query_records(q_exps: torch.Tensor, do_exps: torch.Tensor, pv: torch.Tensor, m: torch.Tensor, ro: torch.Tensor,
-                  delta: torch.Tensor) -> torch.Tensor:
+                  delta: torch.Tensor, sigma: int) -> torch.Tensor:
     """[Hq, Tq, 4] int32: one 16-byte record per (query head, row) holding the bits of
-    (m, ro, delta) and eQ | edO << 8 | PV << 16 (PV, a maximum of int8 V exponents, fits 16
-    bits); ``query_fields`` decodes it. One launch: in ~12 torch ops the records took 0.33 ms
-    of host time per eager training call (H200, 2026-11-30).
-    q_exps, do_exps: [Tq, Hq] int8; pv: [Tq, Hkv] int32; m, ro, delta: [Hq, Tq] fp32."""
+    (m, ro, delta) and the biased exponent fields of 2^eQ, 2^edO and 2^(sigma - PV) at bits
+    23, 15 and 7; ``query_fields`` decodes it. One launch: in ~12 torch ops the records took
+    0.33 ms of host time per eager training call (H200, 2026-11-30).
+    q_exps, do_exps: [Tq, Hq] int8 in [EXP_MIN, EXP_MAX]; pv: [Tq, Hkv] int32 (a maximum of
+    such exponents, or 0); m, ro, delta: [Hq, Tq] fp32; sigma in [0, 27], so that
+    sigma - PV + 127 fits the 8-bit field (sigma = 0 with PV = 127 reads 2^-127 as 0, as the
+    kernels' ``pow2`` does)."""
+    if not 0 <= sigma <= 27:
+        raise ValueError(f"sigma: the query records hold 2^(sigma - PV) for PV in [-100, 127], so sigma must be in "
+                         f"[0, 27], got {sigma}")
     total, heads_q = q_exps.shape
     heads_kv = pv.shape[1]
     rec = torch.empty((heads_q, total, 4), dtype=torch.int32, device=q_exps.device)
     if total and heads_q:
         _query_records_kernel[(triton.cdiv(total, _ROWS), heads_q)](
             q_exps, do_exps, pv, m.contiguous(), ro.contiguous(), delta.contiguous(), rec, total, heads_q, heads_kv,
-            GROUP=heads_q // heads_kv, N=_ROWS)
+            SIGMA=sigma, GROUP=heads_q // heads_kv, N=_ROWS)
     return rec
 
 
 def key_records(k_exps: torch.Tensor, v_exps: torch.Tensor) -> torch.Tensor:
-    """[Hkv, Tk] int32: eK | eV << 8 per (KV head, key), tokens contiguous: a key tile
-    reads one coalesced vector instead of two byte vectors strided by heads.
+    """[Hkv, Tk] int32: the biased exponent fields of 2^eK (bits 23-30) and 2^eV (bits 15-22)
+    per (KV head, key), tokens contiguous: a key tile reads one coalesced vector instead of
+    two byte vectors strided by heads; ``packed_key_factors`` decodes it.
     k_exps, v_exps: [Tk, Hkv] int8."""
     total, heads_kv = k_exps.shape
     rec = torch.empty((heads_kv, total), dtype=torch.int32, device=k_exps.device)
@@ -62,20 +72,20 @@ def key_factor_records(k_exps: torch.Tensor, v_exps: torch.Tensor) -> torch.Tens
 
 @triton.jit
 def _query_records_kernel(p_qe, p_doe, p_pv, p_m, p_ro, p_delta, p_rec, total, heads_q, heads_kv,
-                          GROUP: tl.constexpr, N: tl.constexpr):
+                          SIGMA: tl.constexpr, GROUP: tl.constexpr, N: tl.constexpr):
     """Program (token chunk, query head): the records of N rows (``query_records``)."""
     h = tl.program_id(1).to(tl.int64)
     t = tl.program_id(0).to(tl.int64) * N + tl.arange(0, N)  # [N] rows
     m_t = t < total
-    e_q = tl.load(p_qe + t * heads_q + h, mask=m_t, other=0).to(tl.int32) & 0xFF
-    e_do = tl.load(p_doe + t * heads_q + h, mask=m_t, other=0).to(tl.int32) & 0xFF
+    e_q = tl.load(p_qe + t * heads_q + h, mask=m_t, other=0).to(tl.int32)
+    e_do = tl.load(p_doe + t * heads_q + h, mask=m_t, other=0).to(tl.int32)
     pv = tl.load(p_pv + t * heads_kv + h // GROUP, mask=m_t, other=0)
     o_h = h * total + t  # [N] the row in [Hq, Tq] order
     o_r = o_h * 4
     tl.store(p_rec + o_r, tl.load(p_m + o_h, mask=m_t).to(tl.int32, bitcast=True), mask=m_t)
     tl.store(p_rec + o_r + 1, tl.load(p_ro + o_h, mask=m_t).to(tl.int32, bitcast=True), mask=m_t)
     tl.store(p_rec + o_r + 2, tl.load(p_delta + o_h, mask=m_t).to(tl.int32, bitcast=True), mask=m_t)
-    tl.store(p_rec + o_r + 3, e_q | (e_do << 8) | (pv << 16), mask=m_t)
+    tl.store(p_rec + o_r + 3, ((e_q + 127) << 23) | ((e_do + 127) << 15) | ((SIGMA - pv + 127) << 7), mask=m_t)
 
 
 @triton.jit
@@ -84,9 +94,9 @@ def _key_records_kernel(p_ke, p_ve, p_krec, total, heads_kv, N: tl.constexpr):
     h = tl.program_id(1).to(tl.int64)
     t = tl.program_id(0).to(tl.int64) * N + tl.arange(0, N)  # [N] keys
     m_t = t < total
-    e_k = tl.load(p_ke + t * heads_kv + h, mask=m_t, other=0).to(tl.int32) & 0xFF
-    e_v = tl.load(p_ve + t * heads_kv + h, mask=m_t, other=0).to(tl.int32) & 0xFF
-    tl.store(p_krec + h * total + t, e_k | (e_v << 8), mask=m_t)
+    e_k = tl.load(p_ke + t * heads_kv + h, mask=m_t, other=0).to(tl.int32)
+    e_v = tl.load(p_ve + t * heads_kv + h, mask=m_t, other=0).to(tl.int32)
+    tl.store(p_krec + h * total + t, ((e_k + 127) << 23) | ((e_v + 127) << 15), mask=m_t)
 
 
 @triton.jit
@@ -101,18 +111,26 @@ def _key_factor_records_kernel(p_ke, p_ve, p_kfr, total, heads_kv, N: tl.constex
 
 
 @triton.jit
-def key_exponents(p_krec, o_k, m_k, MASK: tl.constexpr):
-    """(eK, eV) int32 [N] of keys o_k from their records (``key_records``; p_krec at the
-    document's first key of the head); MASK: mask the load with m_k (zero fill)."""
-    rec = maybe_masked_load(p_krec + o_k.to(tl.int64), m_k, 0, MASK)  # [N] int32
-    return (rec << 24) >> 24, (rec << 16) >> 24
+def _field_pow2(word, SHIFT: tl.constexpr):
+    """fp32 2^e from the biased exponent field e + 127 at bits [23 - SHIFT, 31 - SHIFT) of an
+    int32 word: shifted into fp32's exponent field, everything else masked off."""
+    return ((word << SHIFT) & 0x7F800000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def packed_key_factors(p_krec, o_k, m_k, MASK: tl.constexpr):
+    """(kf = 2^eK, vf = 2^eV) fp32 [N] of keys o_k from their records (``key_records``;
+    p_krec at the document's first key of the head); MASK: mask the load with m_k (keys past
+    it read 1, as eK = eV = 0)."""
+    rec = maybe_masked_load(p_krec + o_k.to(tl.int64), m_k, (127 << 23) | (127 << 15), MASK)  # [N] int32
+    return _field_pow2(rec, 0), _field_pow2(rec, 8)
 
 
 @triton.jit
 def query_fields(p_rec, o_i, m_i, MASK: tl.constexpr):
-    """(m, ro, delta fp32, eQ, edO, PV int32), each [N], of rows o_i from their records
-    (``query_records``; p_rec at the document's first row of the head). With MASK, rows
-    where m_i is false read (+inf, 0, 0, 0, 0, 0): no key is visible to them."""
+    """(m, ro, delta, qg = 2^eQ, dof = 2^edO, rf = 2^(sigma - PV)) fp32, each [N], of rows o_i
+    from their records (``query_records``; p_rec at the document's first row of the head).
+    With MASK, rows where m_i is false read m = +inf and zeros: no key is visible to them."""
     o_r = o_i.to(tl.int64)[:, None] * 4 + tl.arange(0, 4)[None, :]  # [N, 4]
     past_end = tl.where(tl.arange(0, 4) == 0, 0x7F800000, 0)[None, :]  # +inf's bits, then zeros
     rec = maybe_masked_load(p_rec + o_r, m_i[:, None], past_end, MASK)  # [N, 4] int32
@@ -122,7 +140,7 @@ def query_fields(p_rec, o_i, m_i, MASK: tl.constexpr):
     ro_bits, exps = tl.split(odd)
     f32 = tl.float32
     return (m_bits.to(f32, bitcast=True), ro_bits.to(f32, bitcast=True), delta_bits.to(f32, bitcast=True),
-            (exps << 24) >> 24, (exps << 16) >> 24, exps >> 16)
+            _field_pow2(exps, 0), _field_pow2(exps, 8), _field_pow2(exps, 16))
 
 
 @triton.jit
