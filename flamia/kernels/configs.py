@@ -61,7 +61,26 @@ class AttnTiles:
                              f"({self.dq_block_n}) must equal bwd_block_n ({self.bwd_block_n})")
 
 
+@dataclass(frozen=True)
+class QuantizerTiles:
+    """The Q/K/V quantizer's program: ``operand_unit`` tokens of one head (a multiple of the
+    32-token scale block; not numerics) with ``operand_warps`` warps.
+
+    Measured on: one NVIDIA H200 (torch 2.11, Triton 3.6), 2026-11-30, kernel-only, bf16
+    [65536, 16, 128], codes bitwise equal in every configuration (benchmarks/results/
+    2026-11-30-h200-s6/qsweep.jsonl). With the Hadamard rotation (Q, K) the butterflies
+    bound it: 64 tokens x 4 warps 0.489 ms (1.10 TB/s) -> 32 x 2 0.368 ms (1.46 TB/s) on
+    eq8x8k (32 x 4 0.405, 32 x 8 0.470, 64 x 8 0.446, 128 x 8 0.555). Without (V) it runs at
+    the copy bandwidth's 75-81% in every configuration near these (64 x 4 0.158 ms, 32 x 2
+    0.159 ms on eq8x8k; 0.176 and 0.192 ms on skew8k+224x256), so all three operands share
+    one program shape and one tile list."""
+
+    operand_unit: int = 32
+    operand_warps: int = 2
+
+
 TILES = {64: AttnTiles(), 128: AttnTiles()}
+QUANTIZER = QuantizerTiles()
 SUPPORTED_HEAD_DIMS = tuple(TILES)
 
 

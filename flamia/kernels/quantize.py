@@ -23,14 +23,11 @@ import triton.language as tl
 
 from ..formats.hadamard import HADAMARD_DIMS
 from ..validation import INPUT_DTYPES
+from .configs import QUANTIZER
 from .fp8 import E4M3_EQ, E4M3_MQ, interpreting, pow2, scale_exponent, to_e4m3
 from .hadamard import rotate
 from .layout import T_ALIGN, aligned_starts, check_operand, transposed_extent
 from .worklist import list_extent, program_tile, tile_list
-
-# Tokens per program of quantize_operand: two 32-token blocks; a [64, 128] bf16 tile is 16 KiB.
-OPERAND_UNIT = 64
-
 
 @dataclass(frozen=True)
 class KernelOperand:
@@ -241,7 +238,8 @@ def quantize_operand(x: torch.Tensor, cu_seqlens: torch.Tensor, block: int = 32,
     earlier launch over the same cu_seqlens (Q's serves K and V in self-attention), else
     built here."""
     _check_rows(x, "x")
-    _check_divisor(block, OPERAND_UNIT, "block")
+    unit = QUANTIZER.operand_unit
+    _check_divisor(block, unit, "block")
     total, heads, d = x.shape
     if hadamard and d not in HADAMARD_DIMS:
         raise ValueError(f"hadamard: head dim must be one of {HADAMARD_DIMS}, got {d}")
@@ -253,12 +251,12 @@ def quantize_operand(x: torch.Tensor, cu_seqlens: torch.Tensor, block: int = 32,
         codes_t = _transposed_codes(heads, d, total, cu_seqlens)
     exps = torch.empty((total, heads), dtype=torch.int8, device=dev)
     if total:
-        grid, args = _units(cu_seqlens, total, OPERAND_UNIT, heads, work)
+        grid, args = _units(cu_seqlens, total, unit, heads, work)
         _quantize_operand_kernel[grid](
             x, codes, codes_t, exps, cu_seqlens, cu_t, T_t=0 if codes_t is None else codes_t.shape[2], H=heads,
-            inv_sqrt_d=1.0 / math.sqrt(d), D=d, UNIT=OPERAND_UNIT, BLOCK=block,
+            inv_sqrt_d=1.0 / math.sqrt(d), D=d, UNIT=unit, BLOCK=block,
             HADAMARD_STAGES=d.bit_length() - 1 if hadamard else 0, TRANSPOSED=transposed, T_ALIGN=T_ALIGN,
-            INTERPRET=interpreting(), **args)
+            INTERPRET=interpreting(), num_warps=QUANTIZER.operand_warps, **args)
         work = args["p_work"]
     return KernelOperand(codes, codes_t, exps, cu_t, work)
 
