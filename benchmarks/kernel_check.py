@@ -172,12 +172,11 @@ def speed(report, names):
     report["speed"] = rows
 
 
-# One change at a time from configs.py's tiles (v5: after the aligned layout, the forward
-# spills at 4 warps; 8 warps halve each thread's share of the [128, 128] tiles).
-TUNE = [dict(), dict(fwd_warps=8), dict(fwd_warps=8, fwd_block_n=64), dict(fwd_block_n=64),
-        dict(fwd_block_m=64), dict(fwd_warps=8, fwd_stages=2), dict(fwd_stages=4),
-        dict(bwd_block_m=64), dict(bwd_warps=4), dict(dq_block_n=128), dict(bwd_stages=3),
-        dict(dq_block_n=128, dq_atomic=True), dict(dq_block_n=128, dq_atomic=True, bwd_block_m=64)]
+# One change at a time from configs.py's tiles (v7: one warpgroup per backward program;
+# each entry must stay a valid AttnTiles, e.g. dq_atomic needs dq_block_n == bwd_block_n).
+TUNE = [dict(), dict(fwd_warps=8), dict(fwd_block_n=64), dict(fwd_stages=2), dict(fwd_stages=4),
+        dict(bwd_block_m=64), dict(bwd_block_n=128, bwd_warps=8), dict(bwd_stages=3), dict(bwd_stages=5),
+        dict(dq_block_m=128, dq_warps=8), dict(dq_block_n=128), dict(dq_stages=2), dict(dq_atomic=True)]
 
 
 def tune(report, only="", name="eq8x8k"):
