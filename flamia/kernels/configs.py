@@ -64,7 +64,8 @@ class AttnTiles:
 @dataclass(frozen=True)
 class QuantizerTiles:
     """The Q/K/V quantizer's program: ``operand_unit`` tokens of one head (a multiple of the
-    32-token scale block; not numerics) with ``operand_warps`` warps.
+    32-token scale block; not numerics) with ``rotated_warps`` warps when the Hadamard
+    rotation is on (Q and K), ``plain_warps`` otherwise (V).
 
     Measured on: one NVIDIA H200 (torch 2.11, Triton 3.6), 2026-11-30, kernel-only, bf16
     [65536, 16, 128], codes bitwise equal in every configuration (benchmarks/results/
@@ -73,10 +74,14 @@ class QuantizerTiles:
     eq8x8k (32 x 4 0.405, 32 x 8 0.470, 64 x 8 0.446, 128 x 8 0.555). Without (V) it runs at
     the copy bandwidth's 75-81% in every configuration near these (64 x 4 0.158 ms, 32 x 2
     0.159 ms on eq8x8k; 0.176 and 0.192 ms on skew8k+224x256), so all three operands share
-    one program shape and one tile list."""
+    one program shape and one tile list. Then 1 warp (call 9, ``qsweep_w1.jsonl``): rotated
+    0.368 -> 0.315 ms on eq8x8k, 0.378 -> 0.328 on skew8k+224x256; plain 0.159 -> 0.166 and
+    0.192 -> 0.187, so V keeps 2. At 1 warp the rotated program spills (255 registers,
+    88 LDL/STL by ``benchmarks/sass_offline.py``) and is faster all the same."""
 
     operand_unit: int = 32
-    operand_warps: int = 2
+    rotated_warps: int = 1
+    plain_warps: int = 2
 
 
 TILES = {64: AttnTiles(), 128: AttnTiles()}

@@ -256,7 +256,8 @@ def quantize_operand(x: torch.Tensor, cu_seqlens: torch.Tensor, block: int = 32,
             x, codes, codes_t, exps, cu_seqlens, cu_t, T_t=0 if codes_t is None else codes_t.shape[2], H=heads,
             inv_sqrt_d=1.0 / math.sqrt(d), D=d, UNIT=unit, BLOCK=block,
             HADAMARD_STAGES=d.bit_length() - 1 if hadamard else 0, TRANSPOSED=transposed, T_ALIGN=T_ALIGN,
-            INTERPRET=interpreting(), num_warps=QUANTIZER.operand_warps, **args)
+            INTERPRET=interpreting(), num_warps=QUANTIZER.rotated_warps if hadamard else QUANTIZER.plain_warps,
+            **args)
         work = args["p_work"]
     return KernelOperand(codes, codes_t, exps, cu_t, work)
 
