@@ -129,9 +129,13 @@ def kernel_only(i, causal, t=None):
     d = i.q.shape[-1]
     t = t or tiles_for(d)
     cu = i.cu_seqlens
-    qq = quantize_operand(i.q, cu, 32, d == 128, True)
-    kq = quantize_operand(i.k, cu, 32, d == 128, True)
-    vq = quantize_operand(i.v, cu, 32, False, True)
+
+    def quant():  # as ops.py: K and V reuse Q's transposed starts and tile list
+        qq = quantize_operand(i.q, cu, 32, d == 128, True)
+        kq = quantize_operand(i.k, cu, 32, d == 128, True, qq.cu_seqlens_t, work=qq.work)
+        return qq, kq, quantize_operand(i.v, cu, 32, False, True, qq.cu_seqlens_t, work=qq.work)
+
+    qq, kq, vq = quant()
     pv = prefix_v_exponent(vq.exps, cu, cu, i.q.shape[0], causal, (-1, -1))
     kw = dict(causal=causal, window_size=(-1, -1), softmax_scale=d ** -0.5)
     fwd = lambda: attention_forward(qq.codes, qq.exps, kq.codes, kq.exps, vq.codes_t, vq.exps, pv, cu, cu,
@@ -142,8 +146,6 @@ def kernel_only(i, causal, t=None):
                                      go.do_codes, go.do_exps, go.dot_codes_t, go.dot_exps, go.delta, m, ro, pv,
                                      cu, cu, qq.cu_seqlens_t, kq.cu_seqlens_t, sigma=4, tiles=t,
                                      rotate=d == 128, out_dtype=i.q.dtype, **kw)
-    quant = lambda: (quantize_operand(i.q, cu, 32, d == 128, True), quantize_operand(i.k, cu, 32, d == 128, True),
-                     quantize_operand(i.v, cu, 32, False, True))
     qbytes = 3 * i.q.numel() * (2 + 2)  # read bf16, write row-major + transposed fp8
     return fwd, bwd, quant, qbytes
 

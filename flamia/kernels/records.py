@@ -52,21 +52,23 @@ def key_records(k_exps: torch.Tensor, v_exps: torch.Tensor) -> torch.Tensor:
     per (KV head, key), tokens contiguous: a key tile reads one coalesced vector instead of
     two byte vectors strided by heads; ``packed_key_factors`` decodes it.
     k_exps, v_exps: [Tk, Hkv] int8."""
-    total, heads_kv = k_exps.shape
-    rec = torch.empty((heads_kv, total), dtype=torch.int32, device=k_exps.device)
-    if total and heads_kv:
-        _key_records_kernel[(triton.cdiv(total, _ROWS), heads_kv)](k_exps, v_exps, rec, total, heads_kv, N=_ROWS)
-    return rec
+    return _build_key_records(k_exps, v_exps, factors=False)
 
 
 def key_factor_records(k_exps: torch.Tensor, v_exps: torch.Tensor) -> torch.Tensor:
     """[Hkv, Tk, 2] fp32: (kf = 2^eK, vf = 2^eV) per (KV head, key), tokens contiguous;
     ``key_factors`` reads them. k_exps, v_exps: [Tk, Hkv] int8."""
+    return _build_key_records(k_exps, v_exps, factors=True)
+
+
+def _build_key_records(k_exps: torch.Tensor, v_exps: torch.Tensor, factors: bool) -> torch.Tensor:
+    """One launch of ``_key_records_kernel``: ``key_factor_records`` if factors, else ``key_records``."""
     total, heads_kv = k_exps.shape
-    rec = torch.empty((heads_kv, total, 2), dtype=torch.float32, device=k_exps.device)
+    shape, dtype = ((heads_kv, total, 2), torch.float32) if factors else ((heads_kv, total), torch.int32)
+    rec = torch.empty(shape, dtype=dtype, device=k_exps.device)
     if total and heads_kv:
-        _key_factor_records_kernel[(triton.cdiv(total, _ROWS), heads_kv)](k_exps, v_exps, rec, total, heads_kv,
-                                                                          N=_ROWS)
+        _key_records_kernel[(triton.cdiv(total, _ROWS), heads_kv)](k_exps, v_exps, rec, total, heads_kv,
+                                                                   FACTORS=factors, N=_ROWS)
     return rec
 
 
@@ -89,25 +91,20 @@ def _query_records_kernel(p_qe, p_doe, p_pv, p_m, p_ro, p_delta, p_rec, total, h
 
 
 @triton.jit
-def _key_records_kernel(p_ke, p_ve, p_krec, total, heads_kv, N: tl.constexpr):
-    """Program (token chunk, KV head): the records of N keys (``key_records``)."""
+def _key_records_kernel(p_ke, p_ve, p_rec, total, heads_kv, FACTORS: tl.constexpr, N: tl.constexpr):
+    """Program (token chunk, KV head): the records of N keys, fp32 (2^eK, 2^eV) pairs if
+    FACTORS (``key_factor_records``), else packed exponent fields (``key_records``)."""
     h = tl.program_id(1).to(tl.int64)
     t = tl.program_id(0).to(tl.int64) * N + tl.arange(0, N)  # [N] keys
     m_t = t < total
     e_k = tl.load(p_ke + t * heads_kv + h, mask=m_t, other=0).to(tl.int32)
     e_v = tl.load(p_ve + t * heads_kv + h, mask=m_t, other=0).to(tl.int32)
-    tl.store(p_krec + h * total + t, ((e_k + 127) << 23) | ((e_v + 127) << 15), mask=m_t)
-
-
-@triton.jit
-def _key_factor_records_kernel(p_ke, p_ve, p_kfr, total, heads_kv, N: tl.constexpr):
-    """Program (token chunk, KV head): the factors of N keys (``key_factor_records``)."""
-    h = tl.program_id(1).to(tl.int64)
-    t = tl.program_id(0).to(tl.int64) * N + tl.arange(0, N)  # [N] keys
-    m_t = t < total
-    o_r = (h * total + t) * 2
-    tl.store(p_kfr + o_r, pow2(tl.load(p_ke + t * heads_kv + h, mask=m_t, other=0).to(tl.int32)), mask=m_t)
-    tl.store(p_kfr + o_r + 1, pow2(tl.load(p_ve + t * heads_kv + h, mask=m_t, other=0).to(tl.int32)), mask=m_t)
+    o_h = h * total + t  # [N] the key in [Hkv, Tk] order
+    if FACTORS:
+        tl.store(p_rec + o_h * 2, pow2(e_k), mask=m_t)
+        tl.store(p_rec + o_h * 2 + 1, pow2(e_v), mask=m_t)
+    else:
+        tl.store(p_rec + o_h, ((e_k + 127) << 23) | ((e_v + 127) << 15), mask=m_t)
 
 
 @triton.jit
