@@ -8,6 +8,8 @@ from dataclasses import replace
 import pytest
 import torch
 
+from flamia.formats.e4m3 import round_to_e4m3
+from flamia.formats.scales import exp2i, scale_exponent
 from flamia.kernels.attn_bwd import attention_backward
 from flamia.kernels.configs import AttnTiles
 from flamia.kernels.layout import aligned_starts, transposed_reference
@@ -191,3 +193,35 @@ def test_backward_matches_emulator_gpu(tile_cfg):
         assert torch.equal(again[1], raw[1]) and torch.equal(again[2], raw[2]), f"{what}: dK or dV differ"
         dq_err = ((again[0] - raw[0]).norm() / raw[0].norm()).item()
         assert dq_err <= (1e-6 if tile_cfg.dq_atomic else 0.0), f"{what}: dQ differs ({dq_err:.3g})"
+
+
+def test_folded_payload_gives_the_contract_codes():
+    """NUMERICS.md 4, where the kernels apply the power-of-two factors: the payloads built
+    from W = (P^ ro)(dP - D) with only the factors that vary along their rows give the codes
+    of step 6's G, row by row, and the factors left out are exactly what the epilogues
+    apply. Over the quantizers' exponent range but for the extremes NUMERICS.md names."""
+    g = torch.Generator().manual_seed(11)
+    rows, cols = 64, 48
+    exps = lambda n: torch.randint(-40, 41, (n,), generator=g)
+    pc = round_to_e4m3(torch.rand(rows, cols, generator=g) * 448)  # P^ values on the E4M3 grid
+    ro, delta = torch.rand(rows, generator=g) + 0.01, torch.randn(rows, generator=g)
+    dp = torch.randn(rows, cols, generator=g) * 4
+    e_q, e_k, e_v = exps(rows), exps(cols), exps(cols)  # rows are queries, as in the dQ loop
+    qg, kg, vinv = exp2i(e_q), exp2i(e_k), exp2i(-e_v)
+    # Step 3-6 in the contract's order.
+    ds = ((pc * ro[:, None]) * vinv[None, :]) * (dp - delta[:, None])
+    big_g = (ds * qg[:, None]) * kg[None, :]
+    w = (pc * ro[:, None]) * (dp - delta[:, None])
+
+    def row_codes(x):
+        e = scale_exponent(x.abs().amax(dim=1), 448.0)
+        return round_to_e4m3(x * exp2i(-e)[:, None]), e
+
+    # dQ rows: the payload W (vinv kg) leaves the row's qg to the epilogue.
+    want, e_want = row_codes(big_g)
+    got, e_got = row_codes(w * (vinv * kg)[None, :])
+    assert torch.equal(got, want) and torch.equal(e_got + e_q, e_want)
+    # dK rows (keys): the payload W^T qg leaves the key's vinv kg to the epilogue.
+    want, e_want = row_codes(big_g.T)
+    got, e_got = row_codes(w.T * qg[None, :])
+    assert torch.equal(got, want) and torch.equal(e_got + e_k - e_v, e_want)

@@ -99,10 +99,14 @@ def _grad_scores(b_s, b_dp, qry, key, o_i, o_k, geo, Q_AXIS: tl.constexpr, MASK:
     is elementwise, so one body serves both orientations. b_s: Q^.K^ and b_dp: dO^.V^ code
     products (fp32, tile shape); qry: ``_query_factors``; key: ``_key_factors``; o_i, o_k:
     query and key positions [N] in the document; geo: ``_visible``'s.
-    Returns (P^ float8e4nv, G fp32), tile shape; G is 0 where the pair is not visible."""
+    Returns (P^ float8e4nv, W fp32), tile shape, where W = fp32(fp32(Pd 2^eV) (dP - D)): the
+    payload G = W 2^(eQ + eK - eV) without its power-of-two factors, which scale it exactly
+    (W is dS 2^eV: NUMERICS.md 4's dS rounded at the same places). Each payload applies the
+    factors that vary along its rows' contraction and moves the rest to its epilogue:
+    two multiplies per pair fewer. W is 0 where the pair is not visible."""
     K_AXIS: tl.constexpr = 1 - Q_AXIS
-    qf, qg, m, rf, ro, dof, delta = qry
-    kf, vf, vinv = key
+    qf, _, m, rf, ro, dof, delta = qry
+    kf, vf, _ = key
     vf = tl.expand_dims(vf, Q_AXIS)
     b_x = (b_s * tl.expand_dims(qf, K_AXIS)) * tl.expand_dims(kf, Q_AXIS)
     if MASK:
@@ -114,11 +118,8 @@ def _grad_scores(b_s, b_dp, qry, key, o_i, o_k, geo, Q_AXIS: tl.constexpr, MASK:
     # converted to fp32 as garbage (dK was NaN and changed from run to run).
     b_pcf = e4m3_grid((b_p * vf) * tl.expand_dims(rf, K_AXIS), INTERPRET)
     b_pc = b_pcf.to(tl.float8e4nv)
-    b_pd = (b_pcf * tl.expand_dims(ro, K_AXIS)) * tl.expand_dims(vinv, Q_AXIS)
     b_dp = (b_dp * tl.expand_dims(dof, K_AXIS)) * vf
-    b_ds = b_pd * (b_dp - tl.expand_dims(delta, K_AXIS))
-    b_g = (b_ds * tl.expand_dims(qg, K_AXIS)) * tl.expand_dims(kf, Q_AXIS)
-    return b_pc, b_g
+    return b_pc, (b_pcf * tl.expand_dims(ro, K_AXIS)) * (b_dp - tl.expand_dims(delta, K_AXIS))
 
 
 @triton.jit
@@ -189,8 +190,8 @@ def _dq_atomic_add(p_dqa, b_gt, b_kt, o_i, m_i, heads_q, D: tl.constexpr, INTERP
 def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_rec, p_dote, p_dqa, geo, span_q,
                heads_q, tq_t, s2, D: tl.constexpr, BM: tl.constexpr,
                MASK: tl.constexpr, DQ_ATOMIC: tl.constexpr, INTERPRET: tl.constexpr):
-    """One query step [i0, i0 + BM) of a key tile: adds its dK and dV payloads to acc_dk,
-    acc_dv [BN, D], and with DQ_ATOMIC its dQ payload to p_dqa (``_dq_atomic_add``; b_kt
+    """One query step [i0, i0 + BM) of a key tile: adds its dK payload (without its keys'
+    2^(eK - eV), ``_grad_scores``) and its dV payload to acc_dk, acc_dv [BN, D], and with DQ_ATOMIC its dQ payload to p_dqa (``_dq_atomic_add``; b_kt
     [D, BN] K^T codes). b_k, b_v: [BN, D] codes; key: ``_key_factors``; o_k: [BN] key
     positions; p_rows = (Q^, dO^) row-major and p_cols = (Q^T, dOt^T) transposed (row stride
     tq_t), p_rec as ``_query_factors``, p_dote (dot_exps) and p_dqa: all at the document's
@@ -209,12 +210,14 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_r
     b_zero = tl.zeros([b_k.shape[0], BM], dtype=tl.float32)
     b_st = mma(b_k, tl.trans(b_q), b_zero, INTERPRET)  # [BN, BM] S^T
     b_dpt = mma(b_v, tl.trans(b_do), b_zero, INTERPRET)  # [BN, BM] dP^T before its factors
-    b_pct, b_gt = _grad_scores(b_st, b_dpt, qry, key, o_i, o_k, geo, 1, MASK, INTERPRET)
+    b_pct, b_wt = _grad_scores(b_st, b_dpt, qry, key, o_i, o_k, geo, 1, MASK, INTERPRET)
     b_dv = mma(b_pct, tl.trans(b_dott), tl.zeros_like(acc_dv), INTERPRET)  # [BN, D]
     acc_dv += b_dv * pow2(e_dot)
+    # dK's payload rows are keys: 2^eK and 2^-eV are constant along a row, the epilogue's.
+    b_gt = b_wt * qry[1][None, :]  # [BN, BM] G^T 2^(eV - eK)
     acc_dk += _row_scaled_mma(b_gt, tl.trans(b_qt), INTERPRET)
-    if DQ_ATOMIC:
-        _dq_atomic_add(p_dqa, b_gt, b_kt, o_i, m_i, heads_q, D, INTERPRET)
+    if DQ_ATOMIC:  # dQ's payload without the queries' 2^eQ, as the dQ kernel's
+        _dq_atomic_add(p_dqa, b_wt * (key[0] * key[2])[:, None], b_kt, o_i, m_i, heads_q, D, INTERPRET)
     return acc_dk, acc_dv
 
 
@@ -271,7 +274,7 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_kfr, 
                                         p_dote + o_qe, p_dqa_h, geo, span_q, heads_q, tq_t, s2, D, BM,
                                         True, DQ_ATOMIC, INTERPRET)
     o_out = o_kv + o_k.to(tl.int64)[:, None] * (heads_kv * D) + tl.arange(0, D)[None, :]  # [BN, D]
-    b_dk = rotate(acc_dk * (scale * _reciprocal_pow2(key[0]))[:, None], inv_sqrt_d, ROTATE_STAGES)  # [BN, D]
+    b_dk = rotate(acc_dk * (scale * key[2])[:, None], inv_sqrt_d, ROTATE_STAGES)  # [BN, D]: 2^-eK 2^(eK - eV)
     tl.store(p_dk + o_out, to_output(b_dk, p_dk.dtype.element_ty, INTERPRET), mask=m_k[:, None])
     tl.store(p_dv + o_out, to_output(acc_dv * key[2][:, None], p_dv.dtype.element_ty, INTERPRET), mask=m_k[:, None])
 
@@ -279,7 +282,8 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_kfr, 
 @triton.jit
 def _dq_step(acc, b_q, b_do, qry, o_i, k0, p_rows, p_kt, p_kfr, geo, span_k, heads_kv, tk_t, D: tl.constexpr,
              BN: tl.constexpr, MASK: tl.constexpr, INTERPRET: tl.constexpr):
-    """One key step [k0, k0 + BN) of a query tile: acc [BM, D] += its dQ payload. b_q, b_do:
+    """One key step [k0, k0 + BN) of a query tile: acc [BM, D] += its dQ payload without the
+    query's 2^eQ (``_grad_scores``). b_q, b_do:
     [BM, D] codes; qry: ``_query_factors``; o_i: [BM] query positions; p_rows = (K^, V^)
     row-major, p_kt K^T transposed (row stride tk_t) and p_kfr (``key_factor_records``): all at
     the document's first key (column) and the KV head; span_k: the document's transposed span."""
@@ -293,12 +297,14 @@ def _dq_step(acc, b_q, b_do, qry, o_i, k0, p_rows, p_kt, p_kfr, geo, span_k, hea
     b_zero = tl.zeros([b_q.shape[0], BN], dtype=tl.float32)
     b_s = mma(b_q, tl.trans(b_k), b_zero, INTERPRET)  # [BM, BN] S
     b_dp = mma(b_do, tl.trans(b_v), b_zero, INTERPRET)  # [BM, BN] dP before its factors
-    _, b_g = _grad_scores(b_s, b_dp, qry, key, o_i, o_k, geo, 0, MASK, INTERPRET)
+    _, b_w = _grad_scores(b_s, b_dp, qry, key, o_i, o_k, geo, 0, MASK, INTERPRET)
+    # dQ's payload rows are queries: 2^eQ is constant along a row, the epilogue's.
+    b_g = b_w * (key[0] * key[2])[None, :]  # [BM, BN] G 2^-eQ
     return acc + _row_scaled_mma(b_g, tl.trans(b_kt), INTERPRET)
 
 
 @triton.jit
-def _dq_kernel(p_q, p_qe, p_k, p_kt, p_v, p_do, p_rec, p_kfr, p_cu_q, p_cu_k, p_cu_qt, p_cu_kt, p_work, width, p_dq,
+def _dq_kernel(p_q, p_k, p_kt, p_v, p_do, p_rec, p_kfr, p_cu_q, p_cu_k, p_cu_qt, p_cu_kt, p_work, width, p_dq,
                s2, scale,
                inv_sqrt_d, wl, wr, total_q, total_k, heads_q, tk_t, GROUP: tl.constexpr,
                D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
@@ -336,23 +342,23 @@ def _dq_kernel(p_q, p_qe, p_k, p_kt, p_v, p_do, p_rec, p_kfr, p_cu_q, p_cu_k, p_
         k0 = _masked_step(t, lo, full_lo, full_hi) * BN
         acc = _dq_step(acc, b_q, b_do, qry, o_i, k0, p_rows, p_kt_doc, p_kfr_doc, geo, span_k, heads_kv, tk_t, D, BN,
                        True, INTERPRET)
-    _store_dq(p_dq, p_qe, acc, q_start + o_i, m_i, h_q, heads_q, scale, inv_sqrt_d, D, ROTATE_STAGES, INTERPRET)
+    _store_dq(p_dq, acc, q_start + o_i, m_i, h_q, heads_q, scale, inv_sqrt_d, D, ROTATE_STAGES, INTERPRET)
 
 
 @triton.jit
-def _store_dq(p_dq, p_qe, acc, rows, m_r, h_q, heads_q, scale, inv_sqrt_d, D: tl.constexpr,
+def _store_dq(p_dq, acc, rows, m_r, h_q, heads_q, scale, inv_sqrt_d, D: tl.constexpr,
               ROTATE_STAGES: tl.constexpr, INTERPRET: tl.constexpr):
     """dQ of packed rows ``rows`` [BM] (int64, masked by m_r) of query head h_q from its fp32
-    sum of payloads acc [BM, D]: times the softmax scale and 2^-eQ, rotated back when
-    ROTATE_STAGES > 0, stored in p_dq's dtype ([Tq, Hq, D])."""
-    e_q = tl.load(p_qe + rows * heads_q + h_q, mask=m_r, other=0).to(tl.int32)
+    sum of payloads acc [BM, D] (without the queries' 2^eQ, which cancels the 2^-eQ of dQ's
+    code scale): times the softmax scale, rotated back when ROTATE_STAGES > 0, stored in
+    p_dq's dtype ([Tq, Hq, D])."""
     o_out = (rows * heads_q + h_q)[:, None] * D + tl.arange(0, D)[None, :]  # [BM, D]
-    b_dq = rotate(acc * (scale * pow2(-e_q))[:, None], inv_sqrt_d, ROTATE_STAGES)  # [BM, D]
+    b_dq = rotate(acc * scale, inv_sqrt_d, ROTATE_STAGES)  # [BM, D]
     tl.store(p_dq + o_out, to_output(b_dq, p_dq.dtype.element_ty, INTERPRET), mask=m_r[:, None])
 
 
 @triton.jit
-def _dq_finish_kernel(p_dqa, p_qe, p_dq, scale, inv_sqrt_d, total_q, heads_q, D: tl.constexpr, BM: tl.constexpr,
+def _dq_finish_kernel(p_dqa, p_dq, scale, inv_sqrt_d, total_q, heads_q, D: tl.constexpr, BM: tl.constexpr,
                       ROTATE_STAGES: tl.constexpr, INTERPRET: tl.constexpr):
     """Program (block of BM packed rows, query head): dQ from the atomics' fp32 sums p_dqa
     [Tq, Hq, D] (``AttnTiles.dq_atomic``), as the dQ kernel's epilogue stores it."""
@@ -361,7 +367,7 @@ def _dq_finish_kernel(p_dqa, p_qe, p_dq, scale, inv_sqrt_d, total_q, heads_q, D:
     m_r = rows < total_q
     o_acc = (rows * heads_q + h_q)[:, None] * D + tl.arange(0, D)[None, :]  # [BM, D]
     acc = tl.load(p_dqa + o_acc, mask=m_r[:, None], other=0.0)
-    _store_dq(p_dq, p_qe, acc, rows, m_r, h_q, heads_q, scale, inv_sqrt_d, D, ROTATE_STAGES, INTERPRET)
+    _store_dq(p_dq, acc, rows, m_r, h_q, heads_q, scale, inv_sqrt_d, D, ROTATE_STAGES, INTERPRET)
 
 
 def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v_codes, v_exps, do_codes, do_exps,
@@ -440,10 +446,10 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
         # the dQ kernel's epilogue constants, from the same dict
         epilogue = {name: args[name] for name in ("scale", "inv_sqrt_d", "total_q", "heads_q", "D", "ROTATE_STAGES",
                                                   "INTERPRET")}
-        _dq_finish_kernel[grid](dq_sums, q_exps, dq, BM=tiles.dq_block_m, **epilogue)
+        _dq_finish_kernel[grid](dq_sums, dq, BM=tiles.dq_block_m, **epilogue)
         return dq, dk, dv
     work = tile_list(cu_seqlens_q, tq, tiles.dq_block_m, reverse=True)
-    _dq_kernel[(work.shape[1], hq)](q_codes, q_exps, k_codes, k_codes_t, v_codes, do_codes, records, key_fac,
+    _dq_kernel[(work.shape[1], hq)](q_codes, k_codes, k_codes_t, v_codes, do_codes, records, key_fac,
                                     cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, work, work.shape[1],
                                     dq, tk_t=tk_t, BM=tiles.dq_block_m, BN=tiles.dq_block_n, num_warps=tiles.dq_warps,
                                     num_stages=tiles.dq_stages, **args)
