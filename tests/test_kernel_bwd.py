@@ -197,7 +197,8 @@ def test_backward_matches_emulator_gpu(tile_cfg):
 
 def test_folded_payload_gives_the_contract_codes():
     """NUMERICS.md 4, where the kernels apply the power-of-two factors: the payloads built
-    from W = (P^ ro)(dP - D) with only the factors that vary along their rows give the codes
+    from W = (P^ rod)(dP^ vf - deltad), with dO's 2^edO carried by the records' rod = ro 2^edO
+    and deltad = D / 2^edO and only the factors that vary along their rows, give the codes
     of step 6's G, row by row, and the factors left out are exactly what the epilogues
     apply. Over the quantizers' exponent range but for the extremes NUMERICS.md names."""
     g = torch.Generator().manual_seed(11)
@@ -205,13 +206,17 @@ def test_folded_payload_gives_the_contract_codes():
     exps = lambda n: torch.randint(-40, 41, (n,), generator=g)
     pc = round_to_e4m3(torch.rand(rows, cols, generator=g) * 448)  # P^ values on the E4M3 grid
     ro, delta = torch.rand(rows, generator=g) + 0.01, torch.randn(rows, generator=g)
-    dp = torch.randn(rows, cols, generator=g) * 4
+    dpc = torch.randn(rows, cols, generator=g) * 4000  # dO^.V^ code products
     e_q, e_k, e_v = exps(rows), exps(cols), exps(cols)  # rows are queries, as in the dQ loop
-    qg, kg, vinv = exp2i(e_q), exp2i(e_k), exp2i(-e_v)
+    e_do = torch.randint(-20, 21, (rows,), generator=g)  # |G| up to 2^121: fp32's normal range
+    qg, kg, vf, vinv, dof = exp2i(e_q), exp2i(e_k), exp2i(e_v), exp2i(-e_v), exp2i(e_do)
     # Step 3-6 in the contract's order.
+    dp = (dpc * dof[:, None]) * vf[None, :]
     ds = ((pc * ro[:, None]) * vinv[None, :]) * (dp - delta[:, None])
     big_g = (ds * qg[:, None]) * kg[None, :]
-    w = (pc * ro[:, None]) * (dp - delta[:, None])
+    # The kernels' W, from the records' rod and deltad.
+    w = (pc * (ro * dof)[:, None]) * (dpc * vf[None, :] - (delta / dof)[:, None])
+    assert torch.equal(w, (pc * ro[:, None]) * (dp - delta[:, None])), "W is dS 2^eV"
 
     def row_codes(x):
         e = scale_exponent(x.abs().amax(dim=1), 448.0)

@@ -1,6 +1,7 @@
 """flamia/kernels/records.py: the Triton decoders give back exactly what the builders were
-given: m, ro and delta bit for bit over every fp32 bit pattern class (+-inf, -0, subnormals),
-and the powers of two 2^eQ, 2^edO, 2^(sigma - PV), 2^eK, 2^eV exactly (torch.ldexp) over the
+given: m, ro 2^edO and delta / 2^edO bit for bit as torch's IEEE product and quotient, over
+every fp32 bit pattern class (+-inf, -0, subnormals), and the powers of two 2^eQ,
+2^(sigma - PV), 2^eK, 2^eV exactly (torch.ldexp) over the
 quantizers' exponent range [EXP_MIN, EXP_MAX], PV's range (with 0, for rows that see no
 key), and GQA; rows past a document's end read m = +inf and zeros, keys past it read 1. On
 the CPU the decoders run on Triton's interpreter."""
@@ -19,12 +20,12 @@ N = 64  # rows per program
 
 @triton.jit
 def _query_kernel(p_rec, p_out, n, N: tl.constexpr):
-    """Program h: the fields [6, N] of rows 0..N-1 of query head h (rows >= n masked)."""
+    """Program h: the fields [5, N] of rows 0..N-1 of query head h (rows >= n masked)."""
     h = tl.program_id(0).to(tl.int64)
     o = tl.arange(0, N)
     fields = query_fields(p_rec + h * n * 4, o, o < n, True)
-    for f in tl.static_range(6):
-        tl.store(p_out + (h * 6 + f) * N + o, fields[f])
+    for f in tl.static_range(5):
+        tl.store(p_out + (h * 5 + f) * N + o, fields[f])
 
 
 @triton.jit
@@ -71,7 +72,7 @@ def test_decoders_return_what_the_builders_were_given(hq, hkv, sigma):
     q_exps, do_exps, pv, m, ro, delta, k_exps, v_exps = _inputs(t, hq, hkv, seed=hq + sigma)
     rec = query_records(*(x.to(DEVICE) for x in (q_exps, do_exps, pv, m, ro, delta)), sigma)
     krec = key_records(k_exps.to(DEVICE), v_exps.to(DEVICE))
-    out = torch.empty((hq, 6, N), dtype=torch.float32, device=DEVICE)
+    out = torch.empty((hq, 5, N), dtype=torch.float32, device=DEVICE)
     kout = torch.empty((hkv, 2, N), dtype=torch.float32, device=DEVICE)
     _query_kernel[(hq,)](rec, out, t, N=N)
     _key_kernel[(hkv,)](krec, kout, t, N=N)
@@ -79,12 +80,13 @@ def test_decoders_return_what_the_builders_were_given(hq, hkv, sigma):
     group = hq // hkv
     bits = lambda x: x.contiguous().view(torch.int32)
     for h in range(hq):
-        want = [m[h], ro[h], delta[h], _pow2(q_exps[:, h]), _pow2(do_exps[:, h]), _pow2(sigma - pv[:, h // group])]
+        dof = _pow2(do_exps[:, h])
+        want = [m[h], ro[h] * dof, delta[h] / dof, _pow2(q_exps[:, h]), _pow2(sigma - pv[:, h // group])]
         for f, w in enumerate(want):
             assert torch.equal(bits(out[h, f, :t]), bits(w)), f"head {h} field {f}"
         past = out[h, :, t:]
         assert torch.equal(past[0], torch.full((N - t,), float("inf"))), "m past the end: +inf"
-        assert not past[1:].any(), "ro, delta and the factors past the end: 0"
+        assert not past[1:].any(), "rod, deltad and the factors past the end: 0"
     for h in range(hkv):
         assert torch.equal(kout[h, 0, :t], _pow2(k_exps[:, h])) and torch.equal(kout[h, 1, :t], _pow2(v_exps[:, h]))
     assert torch.equal(kout[:, :, t:], torch.ones(hkv, 2, N - t)), "keys past the end read kf = vf = 1"

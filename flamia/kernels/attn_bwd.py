@@ -58,12 +58,13 @@ def _load_cols(p, o_t, span, stride, D: tl.constexpr, MASK: tl.constexpr):
 
 
 @triton.jit
-def _query_factors(p_rec, o_i, m_i, s2, MASK: tl.constexpr):
-    """Per-query vectors [N] of rows o_i: (qf = s2 2^eQ, qg = 2^eQ, m, rf = 2^(sigma - PV),
-    ro, dof = 2^edO, delta), from their records (``records.query_fields``). Rows past the
-    document's end get m = +inf and ro = 0, so their P and G vanish."""
-    m, ro, delta, qg, dof, rf = query_fields(p_rec, o_i, m_i, MASK)
-    return s2 * qg, qg, m, rf, ro, dof, delta
+def _query_factors(p_rec, o_i, m_i, MASK: tl.constexpr):
+    """Per-query vectors [N] fp32 of rows o_i from their records (``records.query_fields``):
+    (qg = 2^eQ, (m, rf = 2^(sigma - PV), rod = ro 2^edO, deltad = delta / 2^edO)), the second
+    part as ``_grad_scores`` takes it. Rows past the document's end get m = +inf and rod = 0,
+    so their P and G vanish."""
+    m, rod, deltad, qg, rf = query_fields(p_rec, o_i, m_i, MASK)
+    return qg, (m, rf, rod, deltad)
 
 
 @triton.jit
@@ -91,24 +92,28 @@ def _visible(o_i, o_k, geo):
 
 
 @triton.jit
-def _grad_scores(b_s, b_dp, qry, key, o_i, o_k, geo, Q_AXIS: tl.constexpr, MASK: tl.constexpr,
+def _grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.constexpr, MASK: tl.constexpr,
                  INTERPRET: tl.constexpr):
     """P codes and the gradient payload of one tile, NUMERICS.md 4 steps 1-6.
 
-    The tile is [queries, keys] (Q_AXIS = 0) or [keys, queries] (Q_AXIS = 1); every product
-    is elementwise, so one body serves both orientations. b_s: Q^.K^ and b_dp: dO^.V^ code
-    products (fp32, tile shape); qry: ``_query_factors``; key: ``_key_factors``; o_i, o_k:
+    The tile is [queries, keys] (Q_AXIS = 0, the dQ loop) or [keys, queries] (Q_AXIS = 1,
+    the dK/dV loop); every product is elementwise, so one body serves both orientations.
+    b_s: Q^.K^ and b_dp: dO^.V^ code products (fp32, tile shape). The scores' factors come as
+    the program's own tokens' row_x = s2 2^e [rows] and the step's col_x = 2^e [cols]:
+    x = (S row_x) col_x is the contract's (S qf) kf bit for bit, since the power of two
+    applied second is exact either way (and the subtraction of m, fused or not, sees the same
+    x). qry = (m, rf, rod, deltad) of ``_query_factors`` and vf = 2^eV, each [N]; o_i, o_k:
     query and key positions [N] in the document; geo: ``_visible``'s.
-    Returns (P^ float8e4nv, W fp32), tile shape, where W = fp32(fp32(Pd 2^eV) (dP - D)): the
-    payload G = W 2^(eQ + eK - eV) without its power-of-two factors, which scale it exactly
-    (W is dS 2^eV: NUMERICS.md 4's dS rounded at the same places). Each payload applies the
-    factors that vary along its rows' contraction and moves the rest to its epilogue:
-    two multiplies per pair fewer. W is 0 where the pair is not visible."""
+    Returns (P^ float8e4nv, W fp32), tile shape, where
+    W = fp32(fp32(Pd 2^eV) (dP - D)): the payload G = W 2^(eQ + eK - eV) without its
+    power-of-two factors, which scale it exactly (W is dS 2^eV: NUMERICS.md 4's dS rounded at
+    the same places). Each payload applies the factors that vary along its rows' contraction
+    and moves the rest to its epilogue: two multiplies per pair fewer. W is 0 where the pair
+    is not visible."""
     K_AXIS: tl.constexpr = 1 - Q_AXIS
-    qf, _, m, rf, ro, dof, delta = qry
-    kf, vf, _ = key
+    m, rf, rod, deltad = qry
     vf = tl.expand_dims(vf, Q_AXIS)
-    b_x = (b_s * tl.expand_dims(qf, K_AXIS)) * tl.expand_dims(kf, Q_AXIS)
+    b_x = (b_s * row_x[:, None]) * col_x[None, :]
     if MASK:
         m_vis = _visible(tl.expand_dims(o_i, K_AXIS), tl.expand_dims(o_k, Q_AXIS), geo)
         b_x = tl.where(m_vis, b_x, float("-inf"))
@@ -118,8 +123,8 @@ def _grad_scores(b_s, b_dp, qry, key, o_i, o_k, geo, Q_AXIS: tl.constexpr, MASK:
     # converted to fp32 as garbage (dK was NaN and changed from run to run).
     b_pcf = e4m3_grid((b_p * vf) * tl.expand_dims(rf, K_AXIS), INTERPRET)
     b_pc = b_pcf.to(tl.float8e4nv)
-    b_dp = (b_dp * tl.expand_dims(dof, K_AXIS)) * vf
-    return b_pc, (b_pcf * tl.expand_dims(ro, K_AXIS)) * (b_dp - tl.expand_dims(delta, K_AXIS))
+    # (P^ ro)((dP 2^edO) vf - D) with 2^edO moved onto ro and D (records.query_records)
+    return b_pc, (b_pcf * tl.expand_dims(rod, K_AXIS)) * (b_dp * vf - tl.expand_dims(deltad, K_AXIS))
 
 
 @triton.jit
@@ -188,11 +193,13 @@ def _dq_atomic_add(p_dqa, b_gt, b_kt, o_i, m_i, heads_q, D: tl.constexpr, INTERP
 
 @triton.jit
 def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_rec, p_dote, p_dqa, geo, span_q,
-               heads_q, tq_t, s2, D: tl.constexpr, BM: tl.constexpr,
+               heads_q, tq_t, D: tl.constexpr, BM: tl.constexpr,
                MASK: tl.constexpr, DQ_ATOMIC: tl.constexpr, INTERPRET: tl.constexpr):
     """One query step [i0, i0 + BM) of a key tile: adds its dK payload (without its keys'
-    2^(eK - eV), ``_grad_scores``) and its dV payload to acc_dk, acc_dv [BN, D], and with DQ_ATOMIC its dQ payload to p_dqa (``_dq_atomic_add``; b_kt
-    [D, BN] K^T codes). b_k, b_v: [BN, D] codes; key: ``_key_factors``; o_k: [BN] key
+    2^(eK - eV), ``_grad_scores``) and its dV payload to acc_dk, acc_dv [BN, D], and with
+    DQ_ATOMIC its dQ payload to p_dqa (``_dq_atomic_add``; b_kt [D, BN] K^T codes). b_k,
+    b_v: [BN, D] codes; key: (s2 kf, kf, vf, vinv) [BN], ``_key_factors`` and the scores'
+    row factor; o_k: [BN] key
     positions; p_rows = (Q^, dO^) row-major and p_cols = (Q^T, dOt^T) transposed (row stride
     tq_t), p_rec as ``_query_factors``, p_dote (dot_exps) and p_dqa: all at the document's
     first row (column) and the head; span_q: the document's transposed span (``_doc_bounds``)."""
@@ -204,20 +211,20 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_r
     b_do = _load_rows(p_do, o_i, m_i, heads_q * D, D, MASK)  # [BM, D]
     b_qt = _load_cols(p_qt, o_i, span_q, tq_t, D, MASK)  # [D, BM]
     b_dott = _load_cols(p_dott, o_i, span_q, tq_t, D, MASK)  # [D, BM]
-    qry = _query_factors(p_rec, o_i, m_i, s2, MASK)
+    qg, qry = _query_factors(p_rec, o_i, m_i, MASK)
     # dOt^ has one exponent per query step: read it at the step's first row (inside the document).
     e_dot = tl.load(p_dote + tl.cast(i0, tl.int64) * heads_q).to(tl.int32)
     b_zero = tl.zeros([b_k.shape[0], BM], dtype=tl.float32)
     b_st = mma(b_k, tl.trans(b_q), b_zero, INTERPRET)  # [BN, BM] S^T
     b_dpt = mma(b_v, tl.trans(b_do), b_zero, INTERPRET)  # [BN, BM] dP^T before its factors
-    b_pct, b_wt = _grad_scores(b_st, b_dpt, qry, key, o_i, o_k, geo, 1, MASK, INTERPRET)
+    b_pct, b_wt = _grad_scores(b_st, b_dpt, key[0], qg, qry, key[2], o_i, o_k, geo, 1, MASK, INTERPRET)
     b_dv = mma(b_pct, tl.trans(b_dott), tl.zeros_like(acc_dv), INTERPRET)  # [BN, D]
     acc_dv += b_dv * pow2(e_dot)
     # dK's payload rows are keys: 2^eK and 2^-eV are constant along a row, the epilogue's.
-    b_gt = b_wt * qry[1][None, :]  # [BN, BM] G^T 2^(eV - eK)
+    b_gt = b_wt * qg[None, :]  # [BN, BM] G^T 2^(eV - eK)
     acc_dk += _row_scaled_mma(b_gt, tl.trans(b_qt), INTERPRET)
     if DQ_ATOMIC:  # dQ's payload without the queries' 2^eQ, as the dQ kernel's
-        _dq_atomic_add(p_dqa, b_wt * (key[0] * key[2])[:, None], b_kt, o_i, m_i, heads_q, D, INTERPRET)
+        _dq_atomic_add(p_dqa, b_wt * (key[1] * key[3])[:, None], b_kt, o_i, m_i, heads_q, D, INTERPRET)
     return acc_dk, acc_dv
 
 
@@ -247,7 +254,8 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_kfr, 
     o_kv = (k_start * heads_kv + h_k) * D  # the document's first K, V, dK, dV row of this head
     b_k = _load_rows(p_k + o_kv, o_k, m_k, heads_kv * D, D, True)  # [BN, D]
     b_v = _load_rows(p_v + o_kv, o_k, m_k, heads_kv * D, D, True)  # [BN, D]
-    key = _key_factors(p_kfr + (h_k * total_k + k_start) * 2, o_k, m_k, True)
+    kf, vf, vinv = _key_factors(p_kfr + (h_k * total_k + k_start) * 2, o_k, m_k, True)
+    key = (s2 * kf, kf, vf, vinv)  # s2 rides on the key's factor, fixed for the whole tile
     b_kt = b_k  # a placeholder the steps ignore unless DQ_ATOMIC
     if DQ_ATOMIC:
         b_kt = _load_cols(p_kt + h_k * D * tk_t + k_start_t, o_k, span_k, tk_t, D, True)  # [D, BN]
@@ -266,25 +274,26 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_kfr, 
         p_dqa_h = p_dqa + o_qd
         for j in range(full_lo, full_hi):
             acc_dk, acc_dv = _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, j * BM, p_rows, p_cols, p_rec_h,
-                                        p_dote + o_qe, p_dqa_h, geo, span_q, heads_q, tq_t, s2, D, BM,
+                                        p_dote + o_qe, p_dqa_h, geo, span_q, heads_q, tq_t, D, BM,
                                         False, DQ_ATOMIC, INTERPRET)
         for t in range(0, (full_lo - lo) + (hi - full_hi)):
             i0 = _masked_step(t, lo, full_lo, full_hi) * BM
             acc_dk, acc_dv = _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_rec_h,
-                                        p_dote + o_qe, p_dqa_h, geo, span_q, heads_q, tq_t, s2, D, BM,
+                                        p_dote + o_qe, p_dqa_h, geo, span_q, heads_q, tq_t, D, BM,
                                         True, DQ_ATOMIC, INTERPRET)
     o_out = o_kv + o_k.to(tl.int64)[:, None] * (heads_kv * D) + tl.arange(0, D)[None, :]  # [BN, D]
-    b_dk = rotate(acc_dk * (scale * key[2])[:, None], inv_sqrt_d, ROTATE_STAGES)  # [BN, D]: 2^-eK 2^(eK - eV)
+    b_dk = rotate(acc_dk * (scale * key[3])[:, None], inv_sqrt_d, ROTATE_STAGES)  # [BN, D]: 2^-eK 2^(eK - eV)
     tl.store(p_dk + o_out, to_output(b_dk, p_dk.dtype.element_ty, INTERPRET), mask=m_k[:, None])
-    tl.store(p_dv + o_out, to_output(acc_dv * key[2][:, None], p_dv.dtype.element_ty, INTERPRET), mask=m_k[:, None])
+    tl.store(p_dv + o_out, to_output(acc_dv * key[3][:, None], p_dv.dtype.element_ty, INTERPRET), mask=m_k[:, None])
 
 
 @triton.jit
-def _dq_step(acc, b_q, b_do, qry, o_i, k0, p_rows, p_kt, p_kfr, geo, span_k, heads_kv, tk_t, D: tl.constexpr,
+def _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt, p_kfr, geo, span_k, heads_kv, tk_t, D: tl.constexpr,
              BN: tl.constexpr, MASK: tl.constexpr, INTERPRET: tl.constexpr):
     """One key step [k0, k0 + BN) of a query tile: acc [BM, D] += its dQ payload without the
     query's 2^eQ (``_grad_scores``). b_q, b_do:
-    [BM, D] codes; qry: ``_query_factors``; o_i: [BM] query positions; p_rows = (K^, V^)
+    [BM, D] codes; qx: the scores' row factor s2 2^eQ and qry: ``_query_factors``'s second
+    part, [BM]; o_i: [BM] query positions; p_rows = (K^, V^)
     row-major, p_kt K^T transposed (row stride tk_t) and p_kfr (``key_factor_records``): all at
     the document's first key (column) and the KV head; span_k: the document's transposed span."""
     p_k, p_v = p_rows
@@ -293,13 +302,13 @@ def _dq_step(acc, b_q, b_do, qry, o_i, k0, p_rows, p_kt, p_kfr, geo, span_k, hea
     b_k = _load_rows(p_k, o_k, m_k, heads_kv * D, D, MASK)  # [BN, D]
     b_v = _load_rows(p_v, o_k, m_k, heads_kv * D, D, MASK)  # [BN, D]
     b_kt = _load_cols(p_kt, o_k, span_k, tk_t, D, MASK)  # [D, BN]
-    key = _key_factors(p_kfr, o_k, m_k, MASK)
+    kf, vf, vinv = _key_factors(p_kfr, o_k, m_k, MASK)
     b_zero = tl.zeros([b_q.shape[0], BN], dtype=tl.float32)
     b_s = mma(b_q, tl.trans(b_k), b_zero, INTERPRET)  # [BM, BN] S
     b_dp = mma(b_do, tl.trans(b_v), b_zero, INTERPRET)  # [BM, BN] dP before its factors
-    _, b_w = _grad_scores(b_s, b_dp, qry, key, o_i, o_k, geo, 0, MASK, INTERPRET)
+    _, b_w = _grad_scores(b_s, b_dp, qx, kf, qry, vf, o_i, o_k, geo, 0, MASK, INTERPRET)
     # dQ's payload rows are queries: 2^eQ is constant along a row, the epilogue's.
-    b_g = b_w * (key[0] * key[2])[None, :]  # [BM, BN] G 2^-eQ
+    b_g = b_w * (kf * vinv)[None, :]  # [BM, BN] G 2^-eQ
     return acc + _row_scaled_mma(b_g, tl.trans(b_kt), INTERPRET)
 
 
@@ -327,7 +336,8 @@ def _dq_kernel(p_q, p_k, p_kt, p_v, p_do, p_rec, p_kfr, p_cu_q, p_cu_k, p_cu_qt,
     o_qd = (q_start * heads_q + h_q) * D
     b_q = _load_rows(p_q + o_qd, o_i, m_i, heads_q * D, D, True)  # [BM, D]
     b_do = _load_rows(p_do + o_qd, o_i, m_i, heads_q * D, D, True)  # [BM, D]
-    qry = _query_factors(p_rec + (h_q * total_q + q_start) * 4, o_i, m_i, s2, True)
+    qg, qry = _query_factors(p_rec + (h_q * total_q + q_start) * 4, o_i, m_i, True)
+    qx = s2 * qg  # s2 rides on the query's factor, fixed for the whole tile
     o_kv = (k_start * heads_kv + h_k) * D
     p_rows = (p_k + o_kv, p_v + o_kv)
     p_kt_doc = p_kt + h_k * D * tk_t + k_start_t
@@ -336,11 +346,11 @@ def _dq_kernel(p_q, p_k, p_kt, p_v, p_do, p_rec, p_kfr, p_cu_q, p_cu_k, p_cu_qt,
     lo, hi, full_lo, full_hi = _step_range(i0, len_q, len_k, len_k - len_q, wl, wr, BM, BN)
     acc = tl.zeros([BM, D], dtype=tl.float32)
     for j in range(full_lo, full_hi):
-        acc = _dq_step(acc, b_q, b_do, qry, o_i, j * BN, p_rows, p_kt_doc, p_kfr_doc, geo, span_k, heads_kv, tk_t, D,
+        acc = _dq_step(acc, b_q, b_do, qx, qry, o_i, j * BN, p_rows, p_kt_doc, p_kfr_doc, geo, span_k, heads_kv, tk_t, D,
                        BN, False, INTERPRET)
     for t in range(0, (full_lo - lo) + (hi - full_hi)):
         k0 = _masked_step(t, lo, full_lo, full_hi) * BN
-        acc = _dq_step(acc, b_q, b_do, qry, o_i, k0, p_rows, p_kt_doc, p_kfr_doc, geo, span_k, heads_kv, tk_t, D, BN,
+        acc = _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt_doc, p_kfr_doc, geo, span_k, heads_kv, tk_t, D, BN,
                        True, INTERPRET)
     _store_dq(p_dq, acc, q_start + o_i, m_i, h_q, heads_q, scale, inv_sqrt_d, D, ROTATE_STAGES, INTERPRET)
 
