@@ -43,6 +43,17 @@ def scale_exponent(amax, EQ: tl.constexpr, MQ: tl.constexpr):
 
 
 @triton.jit
+def block_exponents(b_x, BLOCK: tl.constexpr):
+    """[U] int32 E4M3 scale exponents of b_x [U, D] fp32, one per BLOCK consecutive rows
+    repeated per row (rows past a document's end must hold zeros): the quantizers scale by
+    ``pow2(-e)`` and round (``to_e4m3``) in each layout they store."""
+    U: tl.constexpr = b_x.shape[0]
+    b_amax = tl.reshape(tl.max(tl.abs(b_x), axis=1), [U // BLOCK, BLOCK])
+    b_amax = tl.broadcast_to(tl.max(b_amax, axis=1, keep_dims=True), [U // BLOCK, BLOCK])
+    return scale_exponent(tl.reshape(b_amax, [U]), E4M3_EQ, E4M3_MQ)  # [U]
+
+
+@triton.jit
 def round_e4m3(x):
     """fp32 -> fp32 on the E4M3 grid, round to nearest even, in plain fp32 arithmetic: scale
     by an exact power of two so the grid step is 1, round with the 1.5 * 2^23 trick (fp32 adds

@@ -24,9 +24,10 @@ import triton.language as tl
 from ..formats.hadamard import HADAMARD_DIMS
 from ..validation import INPUT_DTYPES
 from .configs import QUANTIZER
-from .fp8 import E4M3_EQ, E4M3_MQ, interpreting, pow2, scale_exponent, to_e4m3
+from .fp8 import block_exponents, interpreting, pow2, to_e4m3
 from .hadamard import rotate
 from .layout import T_ALIGN, aligned_starts, check_operand, transposed_extent
+from .rotated_quantizer import rotated_operand_kernel
 from .worklist import list_extent, program_tile, tile_list
 
 @dataclass(frozen=True)
@@ -61,18 +62,6 @@ class KernelGradOutput:
     dot_exps: torch.Tensor
     delta: torch.Tensor
     cu_seqlens_t: torch.Tensor
-
-
-@triton.jit
-def _block_scale(b_x, BLOCK: tl.constexpr):
-    """b_x [U, D] fp32 scaled into E4M3 range with one exponent per BLOCK consecutive rows
-    (rows past the document's end must hold zeros). Returns (b_x * 2^-e [U, D] fp32, e [U]
-    int32); the callers round to E4M3 (``to_e4m3``) in each layout they store."""
-    U: tl.constexpr = b_x.shape[0]
-    b_amax = tl.reshape(tl.max(tl.abs(b_x), axis=1), [U // BLOCK, BLOCK])
-    b_amax = tl.broadcast_to(tl.max(b_amax, axis=1, keep_dims=True), [U // BLOCK, BLOCK])
-    b_e = scale_exponent(tl.reshape(b_amax, [U]), E4M3_EQ, E4M3_MQ)  # [U]
-    return b_x * pow2(-b_e)[:, None], b_e
 
 
 @triton.jit
@@ -147,7 +136,8 @@ def _quantize_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seq
     # Rows past the document's end load as zeros: they add nothing to a block maximum.
     b_x = tl.load(p_x + o_x, mask=m_t[:, None], other=0.0).to(tl.float32)  # [UNIT, D]
     b_x = rotate(b_x, inv_sqrt_d, HADAMARD_STAGES)
-    b_scaled, b_e = _block_scale(b_x, BLOCK)
+    b_e = block_exponents(b_x, BLOCK)  # [UNIT]
+    b_scaled = b_x * pow2(-b_e)[:, None]
     tl.store(p_codes + o_x, to_e4m3(b_scaled, INTERPRET), mask=m_t[:, None])
     tl.store(p_exps + o_t * H + h, b_e.to(tl.int8), mask=m_t)
     if TRANSPOSED:
@@ -177,8 +167,8 @@ def _quantize_grad_output_kernel(p_do, p_o, p_ro, p_do_codes, p_do_exps, p_dot_t
         return
     o_x = _row_offsets(o_t, h, H, D)  # [STEP, D]
     b_do = tl.load(p_do + o_x, mask=m_t[:, None], other=0.0).to(tl.float32)  # [STEP, D]
-    b_scaled, b_e = _block_scale(b_do, BLOCK)
-    b_codes = to_e4m3(b_scaled, INTERPRET)
+    b_e = block_exponents(b_do, BLOCK)  # [STEP]
+    b_codes = to_e4m3(b_do * pow2(-b_e)[:, None], INTERPRET)
     tl.store(p_do_codes + o_x, b_codes, mask=m_t[:, None])
     tl.store(p_do_exps + o_t * H + h, b_e.to(tl.int8), mask=m_t)
     # D from the same quantized dO that dP uses: (codes * 2^edO) * O, summed over the head dim.
@@ -187,7 +177,9 @@ def _quantize_grad_output_kernel(p_do, p_o, p_ro, p_do_codes, p_do_exps, p_dot_t
     tl.store(p_delta + h * T + o_t, b_delta, mask=m_t)
     # dOt^: the per-query factor ro folded in, one exponent over the whole query step.
     b_ro = tl.load(p_ro + h * T + o_t, mask=m_t, other=0.0)  # [STEP]
-    b_dot, b_et = _block_scale(b_do * b_ro[:, None], STEP)
+    b_dot = b_do * b_ro[:, None]
+    b_et = block_exponents(b_dot, STEP)
+    b_dot = b_dot * pow2(-b_et)[:, None]
     tl.store(p_dot_exps + o_t * H + h, b_et.to(tl.int8), mask=m_t)
     _store_transposed(p_dot_t, tl.trans(b_dot), _unit_cols(cu_seqlens, cu_seqlens_t, doc, unit, STEP, T_ALIGN), h,
                       T_t, D, INTERPRET)
@@ -252,12 +244,19 @@ def quantize_operand(x: torch.Tensor, cu_seqlens: torch.Tensor, block: int = 32,
     exps = torch.empty((total, heads), dtype=torch.int8, device=dev)
     if total:
         grid, args = _units(cu_seqlens, total, unit, heads, work)
-        _quantize_operand_kernel[grid](
-            x, codes, codes_t, exps, cu_seqlens, cu_t, T_t=0 if codes_t is None else codes_t.shape[2], H=heads,
-            inv_sqrt_d=1.0 / math.sqrt(d), D=d, UNIT=unit, BLOCK=block,
-            HADAMARD_STAGES=d.bit_length() - 1 if hadamard else 0, TRANSPOSED=transposed, T_ALIGN=T_ALIGN,
-            INTERPRET=interpreting(), num_warps=QUANTIZER.rotated_warps if hadamard else QUANTIZER.plain_warps,
-            **args)
+        shape = dict(T_t=0 if codes_t is None else codes_t.shape[2], H=heads, inv_sqrt_d=1.0 / math.sqrt(d), D=d,
+                     UNIT=unit, BLOCK=block, HADAMARD_STAGES=d.bit_length() - 1 if hadamard else 0, T_ALIGN=T_ALIGN)
+        if hadamard and transposed and not interpreting():
+            if unit % (32 * QUANTIZER.rotated_warps) or not 16 <= unit <= 512:
+                raise ValueError(f"QUANTIZER: the rotated launch holds a token row per thread, so operand_unit "
+                                 f"({unit}) must be a multiple of 32 * rotated_warps and at most 512")
+            # a token row per thread, so the butterflies stay in registers (rotated_quantizer.py)
+            rotated_operand_kernel[grid](x, codes, codes_t, exps, cu_seqlens, cu_t, **shape, **args,
+                                          num_warps=QUANTIZER.rotated_warps)
+        else:
+            _quantize_operand_kernel[grid](x, codes, codes_t, exps, cu_seqlens, cu_t, **shape, **args,
+                                           TRANSPOSED=transposed, INTERPRET=interpreting(),
+                                           num_warps=QUANTIZER.rotated_warps if hadamard else QUANTIZER.plain_warps)
         work = args["p_work"]
     return KernelOperand(codes, codes_t, exps, cu_t, work)
 

@@ -1,0 +1,75 @@
+"""The Q/K launch of the fused quantizer on the GPU, in Gluon: one thread per token row.
+
+The Hadamard rotation pairs head-dim elements at distances 1 to D/2. In the Triton kernel
+(``quantize._quantize_operand_kernel``) the compiler spreads a row over threads, so most
+butterfly stages exchange values between threads (SHFL and FSEL on top of the adds): the
+rotated launches ran at 1.1-1.7 TB/s against 3.4 TB/s without the rotation (H200, Triton 3.6,
+2026-11-30). Gluon (``triton.experimental.gluon``, shipped with Triton 3.6) lets the kernel
+name its layouts: here each thread holds a whole row of D fp32 values, so every stage of the
+shared ``hadamard.rotate`` is in-register arithmetic (offline SASS: 7 FADD per element, the
+minimum, no exchange), and the transposed codes leave through one shared-memory transpose
+into 16-byte column stores.
+
+The arithmetic is the Triton kernel's, through the same helpers (``rotate``,
+``block_exponents``, ``to_e4m3``), so the codes are equal bit for bit; the GPU tests check
+them against the torch reference. Gluon has no CPU interpreter, so under TRITON_INTERPRET
+``quantize_operand`` runs the Triton kernel, which the CPU suite checks the same way.
+"""
+import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+from .fp8 import block_exponents, pow2, to_e4m3
+from .hadamard import rotate
+from .worklist import program_tile
+
+
+@gluon.jit
+def rotated_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_work, width, num_docs,
+                            T_t, H, inv_sqrt_d, D: gl.constexpr, UNIT: gl.constexpr, BLOCK: gl.constexpr,
+                            HADAMARD_STAGES: gl.constexpr, T_ALIGN: gl.constexpr):
+    """Program ((document, unit), head), UNIT = 32 * num_warps tokens: the arguments and the
+    outputs of ``quantize._quantize_operand_kernel`` with the rotation on and the transposed
+    codes written."""
+    # [UNIT, D]: a token row per thread. [D, UNIT]: 16 consecutive tokens of one head-dim
+    # element per thread, so each thread stores 16 bytes of the transposed codes at once.
+    ROWS: gl.constexpr = gl.BlockedLayout([1, D], [32, 1], [gl.num_warps(), 1], [1, 0])
+    COLS: gl.constexpr = gl.BlockedLayout([1, 16], [32 * 16 // UNIT, UNIT // 16], [gl.num_warps(), 1], [1, 0])
+    doc, unit = program_tile(p_work, width)
+    if doc < 0:
+        return
+    h = gl.program_id(1).to(gl.int64)
+    o_d = gl.arange(0, D, layout=gl.SliceLayout(1, COLS)).to(gl.int64)  # [D] head-dim rows of codes_t
+    if unit == 0:
+        _zero_tail(p_codes_t, cu_seqlens_t, doc, num_docs, h, o_d, T_t, D, T_ALIGN, COLS)
+    start = gl.load(cu_seqlens + doc).to(gl.int64)
+    end = gl.load(cu_seqlens + doc + 1).to(gl.int64)
+    o_t = start + unit * UNIT + gl.arange(0, UNIT, layout=gl.SliceLayout(1, ROWS))  # [UNIT] packed rows
+    if start + unit * UNIT >= end:
+        return
+    m_t = o_t < end
+    o_x = (o_t[:, None] * H + h) * D + gl.arange(0, D, layout=gl.SliceLayout(0, ROWS))[None, :]  # [UNIT, D]
+    # Rows past the document's end load as zeros: they add nothing to a block maximum.
+    b_x = rotate(gl.load(p_x + o_x, mask=m_t[:, None], other=0.0).to(gl.float32), inv_sqrt_d, HADAMARD_STAGES)
+    b_e = gl.convert_layout(block_exponents(b_x, BLOCK), gl.SliceLayout(1, ROWS))  # [UNIT]
+    b_codes = to_e4m3(b_x * pow2(-b_e)[:, None], False)  # [UNIT, D]
+    gl.store(p_codes + o_x, b_codes, mask=m_t[:, None])
+    gl.store(p_exps + o_t * H + h, b_e.to(gl.int8), mask=m_t)
+    # Transposed columns of this unit, valid over the document's span (``quantize._unit_cols``):
+    # the rows past its end hold zero codes, which fill the padding up to a multiple of T_ALIGN.
+    o_i = unit * UNIT + gl.arange(0, UNIT, layout=gl.SliceLayout(0, COLS))  # [UNIT] positions in the document
+    first = gl.multiple_of(gl.load(cu_seqlens_t + doc), T_ALIGN).to(gl.int64)
+    m_c = o_i < tl.cdiv((end - start).to(gl.int32), T_ALIGN) * T_ALIGN
+    b_t = gl.convert_layout(gl.permute(b_codes, [1, 0]), COLS)  # [D, UNIT]
+    gl.store(p_codes_t + (h * D + o_d[:, None]) * T_t + (first + o_i)[None, :], b_t, mask=m_c[None, :])
+
+
+@gluon.jit
+def _zero_tail(p_t, cu_seqlens_t, doc, num_docs, h, o_d, T_t, D: gl.constexpr, T_ALIGN: gl.constexpr,
+               COLS: gl.constexpr):
+    """``quantize._zero_tail`` with explicit layouts: zero document doc's share (2 T_ALIGN
+    columns) of the columns [cu_t[-1], T_t) of head h of the [H, D, T_t] codes."""
+    first = gl.multiple_of(gl.load(cu_seqlens_t + num_docs), T_ALIGN).to(gl.int64)
+    o_c = first + doc * (2 * T_ALIGN) + gl.arange(0, 2 * T_ALIGN, layout=gl.SliceLayout(0, COLS))  # [2 T_ALIGN]
+    b_zero = gl.zeros([D, 2 * T_ALIGN], gl.float8e4nv, layout=COLS)
+    gl.store(p_t + (h * D + o_d[:, None]) * T_t + o_c[None, :], b_zero, mask=(o_c < T_t)[None, :])
