@@ -197,10 +197,11 @@ def test_backward_matches_emulator_gpu(tile_cfg):
 
 def test_folded_payload_gives_the_contract_codes():
     """NUMERICS.md 4, where the kernels apply the power-of-two factors: the payloads built
-    from W = (P^ rod)(dP^ vf - deltad), with dO's 2^edO carried by the records' rod = ro 2^edO
-    and deltad = D / 2^edO and only the factors that vary along their rows, give the codes
-    of step 6's G, row by row, and the factors left out are exactly what the epilogues
-    apply. Over the quantizers' exponent range but for the extremes NUMERICS.md names."""
+    from W = (P^ rq)(dP^ vf - deltad), with dO's 2^edO and Q's 2^eQ carried by the records'
+    rq = ro 2^(edO + eQ) and deltad = D / 2^edO and only the factors that vary along their
+    rows, give the codes of step 6's G, row by row, and the factors left out are exactly what
+    the epilogues apply. Over the quantizers' exponent range but for the extremes NUMERICS.md
+    names."""
     g = torch.Generator().manual_seed(11)
     rows, cols = 64, 48
     exps = lambda n: torch.randint(-40, 41, (n,), generator=g)
@@ -214,19 +215,19 @@ def test_folded_payload_gives_the_contract_codes():
     dp = (dpc * dof[:, None]) * vf[None, :]
     ds = ((pc * ro[:, None]) * vinv[None, :]) * (dp - delta[:, None])
     big_g = (ds * qg[:, None]) * kg[None, :]
-    # The kernels' W, from the records' rod and deltad.
-    w = (pc * (ro * dof)[:, None]) * (dpc * vf[None, :] - (delta / dof)[:, None])
-    assert torch.equal(w, (pc * ro[:, None]) * (dp - delta[:, None])), "W is dS 2^eV"
+    # The kernels' W, from the records' rq and deltad.
+    w = (pc * ((ro * dof) * qg)[:, None]) * (dpc * vf[None, :] - (delta / dof)[:, None])
+    assert torch.equal(w, ((pc * ro[:, None]) * (dp - delta[:, None])) * qg[:, None]), "W is dS 2^(eV + eQ)"
 
     def row_codes(x):
         e = scale_exponent(x.abs().amax(dim=1), 448.0)
         return round_to_e4m3(x * exp2i(-e)[:, None]), e
 
-    # dQ rows: the payload W (vinv kg) leaves the row's qg to the epilogue.
+    # dQ rows: the payload W (vinv kg) is G; the epilogue applies dQ's 2^-eQ.
     want, e_want = row_codes(big_g)
     got, e_got = row_codes(w * (vinv * kg)[None, :])
-    assert torch.equal(got, want) and torch.equal(e_got + e_q, e_want)
-    # dK rows (keys): the payload W^T qg leaves the key's vinv kg to the epilogue.
+    assert torch.equal(got, want) and torch.equal(e_got, e_want)
+    # dK rows (keys): the payload W^T leaves the key's vinv kg to the epilogue.
     want, e_want = row_codes(big_g.T)
-    got, e_got = row_codes(w.T * qg[None, :])
+    got, e_got = row_codes(w.T)
     assert torch.equal(got, want) and torch.equal(e_got + e_k - e_v, e_want)

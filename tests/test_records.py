@@ -1,5 +1,5 @@
 """flamia/kernels/records.py: the Triton decoders give back exactly what the builders were
-given: m, ro 2^edO and delta / 2^edO bit for bit as torch's IEEE product and quotient, over
+given: m, ro 2^edO 2^eQ and delta / 2^edO bit for bit as torch's IEEE product and quotient, over
 every fp32 bit pattern class (+-inf, -0, subnormals), and the powers of two 2^eQ,
 2^(sigma - PV), 2^eK, 2^eV exactly (torch.ldexp) over the
 quantizers' exponent range [EXP_MIN, EXP_MAX], PV's range (with 0, for rows that see no
@@ -81,12 +81,13 @@ def test_decoders_return_what_the_builders_were_given(hq, hkv, sigma):
     bits = lambda x: x.contiguous().view(torch.int32)
     for h in range(hq):
         dof = _pow2(do_exps[:, h])
-        want = [m[h], ro[h] * dof, delta[h] / dof, _pow2(q_exps[:, h]), _pow2(sigma - pv[:, h // group])]
+        qg = _pow2(q_exps[:, h])
+        want = [m[h], (ro[h] * dof) * qg, delta[h] / dof, qg, _pow2(sigma - pv[:, h // group])]
         for f, w in enumerate(want):
             assert torch.equal(bits(out[h, f, :t]), bits(w)), f"head {h} field {f}"
         past = out[h, :, t:]
         assert torch.equal(past[0], torch.full((N - t,), float("inf"))), "m past the end: +inf"
-        assert not past[1:].any(), "rod, deltad and the factors past the end: 0"
+        assert not past[1:].any(), "rq, deltad and the factors past the end: 0"
     for h in range(hkv):
         assert torch.equal(kout[h, 0, :t], _pow2(k_exps[:, h])) and torch.equal(kout[h, 1, :t], _pow2(v_exps[:, h]))
     assert torch.equal(kout[:, :, t:], torch.ones(hkv, 2, N - t)), "keys past the end read kf = vf = 1"

@@ -60,11 +60,11 @@ def _load_cols(p, o_t, span, stride, D: tl.constexpr, MASK: tl.constexpr):
 @triton.jit
 def _query_factors(p_rec, o_i, m_i, MASK: tl.constexpr):
     """Per-query vectors [N] fp32 of rows o_i from their records (``records.query_fields``):
-    (qg = 2^eQ, (m, rf = 2^(sigma - PV), rod = ro 2^edO, deltad = delta / 2^edO)), the second
-    part as ``_grad_scores`` takes it. Rows past the document's end get m = +inf and rod = 0,
+    (qg = 2^eQ, (m, rf = 2^(sigma - PV), rq = ro 2^(edO + eQ), deltad = delta / 2^edO)), the
+    second part as ``_grad_scores`` takes it. Rows past the document's end get m = +inf and rq = 0,
     so their P and G vanish."""
-    m, rod, deltad, qg, rf = query_fields(p_rec, o_i, m_i, MASK)
-    return qg, (m, rf, rod, deltad)
+    m, rq, deltad, qg, rf = query_fields(p_rec, o_i, m_i, MASK)
+    return qg, (m, rf, rq, deltad)
 
 
 @triton.jit
@@ -102,16 +102,15 @@ def _grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.con
     the program's own tokens' row_x = s2 2^e [rows] and the step's col_x = 2^e [cols]:
     x = (S row_x) col_x is the contract's (S qf) kf bit for bit, since the power of two
     applied second is exact either way (and the subtraction of m, fused or not, sees the same
-    x). qry = (m, rf, rod, deltad) of ``_query_factors`` and vf = 2^eV, each [N]; o_i, o_k:
+    x). qry = (m, rf, rq, deltad) of ``_query_factors`` and vf = 2^eV, each [N]; o_i, o_k:
     query and key positions [N] in the document; geo: ``_visible``'s.
-    Returns (P^ float8e4nv, W fp32), tile shape, where
-    W = fp32(fp32(Pd 2^eV) (dP - D)): the payload G = W 2^(eQ + eK - eV) without its
-    power-of-two factors, which scale it exactly (W is dS 2^eV: NUMERICS.md 4's dS rounded at
-    the same places). Each payload applies the factors that vary along its rows' contraction
-    and moves the rest to its epilogue: two multiplies per pair fewer. W is 0 where the pair
-    is not visible."""
+    Returns (P^ float8e4nv, W fp32), tile shape, where W = fp32(fp32(Pd 2^(eV + eQ)) (dP - D)):
+    the payload G = W 2^(eK - eV) without the key's power-of-two factors, which scale it
+    exactly (W is dS 2^(eV + eQ): NUMERICS.md 4's dS rounded at the same places). W^T is the
+    dK payload as it stands (the key's factors are constant along its row: the epilogue's);
+    the dQ payload applies them per column. W is 0 where the pair is not visible."""
     K_AXIS: tl.constexpr = 1 - Q_AXIS
-    m, rf, rod, deltad = qry
+    m, rf, rq, deltad = qry
     vf = tl.expand_dims(vf, Q_AXIS)
     b_x = (b_s * row_x[:, None]) * col_x[None, :]
     if MASK:
@@ -123,8 +122,8 @@ def _grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.con
     # converted to fp32 as garbage (dK was NaN and changed from run to run).
     b_pcf = e4m3_grid((b_p * vf) * tl.expand_dims(rf, K_AXIS), INTERPRET)
     b_pc = b_pcf.to(tl.float8e4nv)
-    # (P^ ro)((dP 2^edO) vf - D) with 2^edO moved onto ro and D (records.query_records)
-    return b_pc, (b_pcf * tl.expand_dims(rod, K_AXIS)) * (b_dp * vf - tl.expand_dims(deltad, K_AXIS))
+    # ((P^ ro)((dP 2^edO) vf - D)) 2^eQ with 2^edO and 2^eQ moved onto ro and D (records.query_records)
+    return b_pc, (b_pcf * tl.expand_dims(rq, K_AXIS)) * (b_dp * vf - tl.expand_dims(deltad, K_AXIS))
 
 
 @triton.jit
@@ -175,18 +174,19 @@ def _doc_bounds(p_cu, p_cu_t, doc):
 
 
 @triton.jit
-def _dq_atomic_add(p_dqa, b_gt, b_kt, o_i, m_i, heads_q, D: tl.constexpr, INTERPRET: tl.constexpr):
+def _dq_atomic_add(p_dqa, b_gt, b_kt, qinv, o_i, m_i, heads_q, D: tl.constexpr, INTERPRET: tl.constexpr):
     """dQ's share of one (key tile, query step) pair, added to the fp32 accumulator with
     atomics: the dQ payload of the dQ kernel's ``_row_scaled_mma`` (one exponent per query
     over the key tile), computed as dQ^T = K^T G^T so that the MMA's M is D, not the query
     step. G^T is transposed in fp32 first, so its fp8 codes reach the MMA as a K-major
-    operand without an fp8 transpose. b_gt: [BN, BM] fp32; b_kt: [D, BN] K^T codes; p_dqa:
-    fp32 [Tq, Hq, D] at the document's first row and the query head."""
+    operand without an fp8 transpose. b_gt: [BN, BM] fp32 G^T; b_kt: [D, BN] K^T codes; qinv:
+    [BM] 2^-eQ, left out of the sum as the dQ kernel's epilogue leaves it (``_dq_kernel``);
+    p_dqa: fp32 [Tq, Hq, D] at the document's first row and the query head."""
     b_g = tl.trans(b_gt)  # [BM, BN]
     e = scale_exponent(tl.max(tl.abs(b_g), axis=1), E4M3_EQ, E4M3_MQ)  # [BM]
     b_gc = to_e4m3(b_g * pow2(-e)[:, None], INTERPRET)  # [BM, BN]
     b_zero = tl.zeros([D, b_g.shape[0]], dtype=tl.float32)
-    b_dqt = mma(b_kt, tl.trans(b_gc), b_zero, INTERPRET) * pow2(e)[None, :]  # [D, BM]
+    b_dqt = mma(b_kt, tl.trans(b_gc), b_zero, INTERPRET) * (pow2(e) * qinv)[None, :]  # [D, BM]
     o_dq = o_i.to(tl.int64)[None, :] * (heads_q * D) + tl.arange(0, D)[:, None]  # [D, BM]
     tl.atomic_add(p_dqa + o_dq, b_dqt, mask=m_i[None, :], sem="relaxed")
 
@@ -196,7 +196,7 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_r
                heads_q, tq_t, D: tl.constexpr, BM: tl.constexpr,
                MASK: tl.constexpr, DQ_ATOMIC: tl.constexpr, INTERPRET: tl.constexpr):
     """One query step [i0, i0 + BM) of a key tile: adds its dK payload (without its keys'
-    2^(eK - eV), ``_grad_scores``) and its dV payload to acc_dk, acc_dv [BN, D], and with
+    2^(eK - eV): W^T of ``_grad_scores``) and its dV payload to acc_dk, acc_dv [BN, D], and with
     DQ_ATOMIC its dQ payload to p_dqa (``_dq_atomic_add``; b_kt [D, BN] K^T codes). b_k,
     b_v: [BN, D] codes; key: (s2 kf, kf, vf, vinv) [BN], ``_key_factors`` and the scores'
     row factor; o_k: [BN] key
@@ -221,10 +221,10 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_r
     b_dv = mma(b_pct, tl.trans(b_dott), tl.zeros_like(acc_dv), INTERPRET)  # [BN, D]
     acc_dv += b_dv * pow2(e_dot)
     # dK's payload rows are keys: 2^eK and 2^-eV are constant along a row, the epilogue's.
-    b_gt = b_wt * qg[None, :]  # [BN, BM] G^T 2^(eV - eK)
-    acc_dk += _row_scaled_mma(b_gt, tl.trans(b_qt), INTERPRET)
-    if DQ_ATOMIC:  # dQ's payload without the queries' 2^eQ, as the dQ kernel's
-        _dq_atomic_add(p_dqa, b_wt * (key[1] * key[3])[:, None], b_kt, o_i, m_i, heads_q, D, INTERPRET)
+    acc_dk += _row_scaled_mma(b_wt, tl.trans(b_qt), INTERPRET)  # W^T is G^T 2^(eV - eK)
+    if DQ_ATOMIC:  # dQ's payload G, whose query's 2^eQ the atomic sum leaves out
+        _dq_atomic_add(p_dqa, b_wt * (key[1] * key[3])[:, None], b_kt, _reciprocal_pow2(qg), o_i, m_i, heads_q, D,
+                       INTERPRET)
     return acc_dk, acc_dv
 
 
@@ -290,8 +290,7 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_kfr, 
 @triton.jit
 def _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt, p_kfr, geo, span_k, heads_kv, tk_t, D: tl.constexpr,
              BN: tl.constexpr, MASK: tl.constexpr, INTERPRET: tl.constexpr):
-    """One key step [k0, k0 + BN) of a query tile: acc [BM, D] += its dQ payload without the
-    query's 2^eQ (``_grad_scores``). b_q, b_do:
+    """One key step [k0, k0 + BN) of a query tile: acc [BM, D] += its dQ payload. b_q, b_do:
     [BM, D] codes; qx: the scores' row factor s2 2^eQ and qry: ``_query_factors``'s second
     part, [BM]; o_i: [BM] query positions; p_rows = (K^, V^)
     row-major, p_kt K^T transposed (row stride tk_t) and p_kfr (``key_factor_records``): all at
@@ -307,9 +306,7 @@ def _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt, p_kfr, geo, span_k,
     b_s = mma(b_q, tl.trans(b_k), b_zero, INTERPRET)  # [BM, BN] S
     b_dp = mma(b_do, tl.trans(b_v), b_zero, INTERPRET)  # [BM, BN] dP before its factors
     _, b_w = _grad_scores(b_s, b_dp, qx, kf, qry, vf, o_i, o_k, geo, 0, MASK, INTERPRET)
-    # dQ's payload rows are queries: 2^eQ is constant along a row, the epilogue's.
-    b_g = b_w * (kf * vinv)[None, :]  # [BM, BN] G 2^-eQ
-    return acc + _row_scaled_mma(b_g, tl.trans(b_kt), INTERPRET)
+    return acc + _row_scaled_mma(b_w * (kf * vinv)[None, :], tl.trans(b_kt), INTERPRET)  # [BM, BN] payload G
 
 
 @triton.jit
@@ -352,6 +349,8 @@ def _dq_kernel(p_q, p_k, p_kt, p_v, p_do, p_rec, p_kfr, p_cu_q, p_cu_k, p_cu_qt,
         k0 = _masked_step(t, lo, full_lo, full_hi) * BN
         acc = _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt_doc, p_kfr_doc, geo, span_k, heads_kv, tk_t, D, BN,
                        True, INTERPRET)
+    # 2^-eQ of dQ's code scale, exact before the softmax scale's one rounding (NUMERICS.md 4)
+    acc = acc * _reciprocal_pow2(qg)[:, None]
     _store_dq(p_dq, acc, q_start + o_i, m_i, h_q, heads_q, scale, inv_sqrt_d, D, ROTATE_STAGES, INTERPRET)
 
 
@@ -359,9 +358,8 @@ def _dq_kernel(p_q, p_k, p_kt, p_v, p_do, p_rec, p_kfr, p_cu_q, p_cu_k, p_cu_qt,
 def _store_dq(p_dq, acc, rows, m_r, h_q, heads_q, scale, inv_sqrt_d, D: tl.constexpr,
               ROTATE_STAGES: tl.constexpr, INTERPRET: tl.constexpr):
     """dQ of packed rows ``rows`` [BM] (int64, masked by m_r) of query head h_q from its fp32
-    sum of payloads acc [BM, D] (without the queries' 2^eQ, which cancels the 2^-eQ of dQ's
-    code scale): times the softmax scale, rotated back when ROTATE_STAGES > 0, stored in
-    p_dq's dtype ([Tq, Hq, D])."""
+    sum of payloads acc [BM, D], already times 2^-eQ: times the softmax scale, rotated back
+    when ROTATE_STAGES > 0, stored in p_dq's dtype ([Tq, Hq, D])."""
     o_out = (rows * heads_q + h_q)[:, None] * D + tl.arange(0, D)[None, :]  # [BM, D]
     b_dq = rotate(acc * scale, inv_sqrt_d, ROTATE_STAGES)  # [BM, D]
     tl.store(p_dq + o_out, to_output(b_dq, p_dq.dtype.element_ty, INTERPRET), mask=m_r[:, None])

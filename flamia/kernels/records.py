@@ -27,11 +27,12 @@ _ROWS = 256  # tokens per program of the builders
 def query_records(q_exps: torch.Tensor, do_exps: torch.Tensor, pv: torch.Tensor, m: torch.Tensor, ro: torch.Tensor,
                   delta: torch.Tensor, sigma: int) -> torch.Tensor:
     """[Hq, Tq, 4] int32: one 16-byte record per (query head, row) holding the bits of
-    (m, rod = ro 2^edO, deltad = delta / 2^edO) and the biased exponent fields of 2^eQ and
-    2^(sigma - PV) at bits 23 and 15; ``query_fields`` decodes it. dO's factor 2^edO rides on
-    ro and delta because the backward needs it nowhere else: ``(P^ ro)((dP 2^edO) vf - D)``
-    equals ``(P^ rod)(dP vf - deltad)`` bit for bit (both products are exact powers of two
-    apart, NUMERICS.md 4), a multiply per pair and a per-query vector fewer. One launch: in
+    (m, rq = ro 2^(edO + eQ), deltad = delta / 2^edO) and the biased exponent fields of 2^eQ
+    and 2^(sigma - PV) at bits 23 and 15; ``query_fields`` decodes it. dO's factor 2^edO
+    rides on ro and delta, and Q's 2^eQ on ro, because the backward's payloads need them
+    nowhere else: ``(P^ rq)(dP vf - deltad)`` is ``((P^ ro)((dP 2^edO) vf - D)) 2^eQ`` bit
+    for bit (exact powers of two, NUMERICS.md 4), two multiplies per pair and a per-query
+    vector fewer in the dK/dV loop. One launch: in
     ~12 torch ops the records took 0.33 ms of host time per eager training call (H200,
     2026-11-30).
     q_exps, do_exps: [Tq, Hq] int8 in [EXP_MIN, EXP_MAX]; pv: [Tq, Hkv] int32 (a maximum of
@@ -90,9 +91,9 @@ def _query_records_kernel(p_qe, p_doe, p_pv, p_m, p_ro, p_delta, p_rec, total, h
     o_r = o_h * 4
     tl.store(p_rec + o_r, tl.load(p_m + o_h, mask=m_t).to(tl.int32, bitcast=True), mask=m_t)
     dof = pow2(e_do)  # exact products and a correctly rounded quotient: IEEE, as torch computes them
-    rod = tl.load(p_ro + o_h, mask=m_t) * dof
+    rq = (tl.load(p_ro + o_h, mask=m_t) * dof) * pow2(e_q)
     deltad = tl.math.div_rn(tl.load(p_delta + o_h, mask=m_t), dof)
-    tl.store(p_rec + o_r + 1, rod.to(tl.int32, bitcast=True), mask=m_t)
+    tl.store(p_rec + o_r + 1, rq.to(tl.int32, bitcast=True), mask=m_t)
     tl.store(p_rec + o_r + 2, deltad.to(tl.int32, bitcast=True), mask=m_t)
     tl.store(p_rec + o_r + 3, ((e_q + 127) << 23) | ((SIGMA - pv + 127) << 15), mask=m_t)
 
@@ -132,14 +133,14 @@ def packed_key_factors(p_krec, o_k, m_k, MASK: tl.constexpr):
 
 @triton.jit
 def query_fields(p_rec, o_i, m_i, MASK: tl.constexpr):
-    """(m, rod = ro 2^edO, deltad = delta / 2^edO, qg = 2^eQ, rf = 2^(sigma - PV)) fp32, each
+    """(m, rq = ro 2^(edO + eQ), deltad = delta / 2^edO, qg = 2^eQ, rf = 2^(sigma - PV)) fp32, each
     [N], of rows o_i from their records (``query_records``; p_rec at the document's first row
     of the head). With MASK, rows where m_i is false read m = +inf and zeros: no key is
     visible to them."""
     o_r = o_i.to(tl.int64)[:, None] * 4 + tl.arange(0, 4)[None, :]  # [N, 4]
     past_end = tl.where(tl.arange(0, 4) == 0, 0x7F800000, 0)[None, :]  # +inf's bits, then zeros
     rec = maybe_masked_load(p_rec + o_r, m_i[:, None], past_end, MASK)  # [N, 4] int32
-    # [N, 4] -> [N, 2, 2]: split takes the last axis, so (m, deltad) then (rod, exps)
+    # [N, 4] -> [N, 2, 2]: split takes the last axis, so (m, deltad) then (rq, exps)
     even, odd = tl.split(tl.reshape(rec, [rec.shape[0], 2, 2]))
     m_bits, delta_bits = tl.split(even)
     ro_bits, exps = tl.split(odd)
