@@ -5,6 +5,7 @@ summation-order noise. Without CUDA the kernels run on Triton's CPU interpreter.
 import pytest
 import torch
 
+from flamia.kernels.configs import QuantizerTiles
 from flamia.kernels.layout import aligned_starts, aligned_starts_reference, transposed_extent, transposed_reference
 from flamia.kernels.quantize import quantize_grad_output, quantize_operand
 from flamia.reference import operands as ref
@@ -174,3 +175,9 @@ def test_real_size_matches_reference_on_gpu():
     for block in (32, 1):
         _assert_operand(x, cu, max(lengths), block, hadamard=True)
     _assert_grad_output(x, _rows(lengths, heads, d, seed=8), _ro(lengths, heads, seed=9), cu, max(lengths), 32)
+
+
+@pytest.mark.parametrize("unit, warps", [(32, 2), (48, 1), (1024, 1)])
+def test_quantizer_tiles_name_a_unit_the_rotated_launch_cannot_hold(unit, warps):
+    with pytest.raises(ValueError, match="^operand_unit: "):
+        QuantizerTiles(operand_unit=unit, rotated_warps=warps)

@@ -31,7 +31,9 @@ class AttnTiles:
     64-row tiles with 4 warps 8.00 -> 7.17 ms on eq8x8k (logu11-16k and skew8k+224x256 alike);
     at 255 registers per thread, 128 threads fit twice in the register file, 256 once. Then
     4 stages for dK/dV 11.97 -> 10.89 ms (2 stages 12.79; dQ with 2 stages 6.43 -> 7.05; dQ
-    through atomics, now possible with 64-key tiles: dK/dV 25.9 ms, no dQ kernel).
+    through atomics, now possible with 64-key tiles: dK/dV 25.9 ms, no dQ kernel). Session 7
+    (same machine and versions, benchmarks/results/2026-11-30-h200-s7): 64-query dK/dV steps
+    on the one-warpgroup structure 14.6-20.0 ms (2-4 stages) against 10.5.
     d=64 is untuned and shares these."""
 
     fwd_block_m: int = 64
@@ -77,11 +79,20 @@ class QuantizerTiles:
     one program shape and one tile list. Then 1 warp (call 9, ``qsweep_w1.jsonl``): rotated
     0.368 -> 0.315 ms on eq8x8k, 0.378 -> 0.328 on skew8k+224x256; plain 0.159 -> 0.166 and
     0.192 -> 0.187, so V keeps 2. At 1 warp the rotated program spills (255 registers,
-    88 LDL/STL by ``benchmarks/sass_offline.py``) and is faster all the same."""
+    88 LDL/STL by ``benchmarks/sass_offline.py``) and is faster all the same. Since session 7
+    the rotated launch on the GPU is the Gluon kernel of ``rotated_quantizer.py`` (a token row
+    per thread, so ``operand_unit`` is a multiple of 32 x ``rotated_warps``): 0.316 -> 0.235 ms on eq8x8k,
+    bitwise equal (benchmarks/results/2026-11-30-h200-s7, call 5)."""
 
     operand_unit: int = 32
     rotated_warps: int = 1
     plain_warps: int = 2
+
+    def __post_init__(self):
+        if self.operand_unit % (32 * self.rotated_warps) or not 32 <= self.operand_unit <= 512:
+            raise ValueError(f"operand_unit: the rotated launch holds a token row per thread and stores 16 tokens "
+                             f"per thread transposed, so it must be a multiple of 32 * rotated_warps "
+                             f"({32 * self.rotated_warps}) in [32, 512], got {self.operand_unit}")
 
 
 TILES = {64: AttnTiles(), 128: AttnTiles()}

@@ -247,9 +247,6 @@ def quantize_operand(x: torch.Tensor, cu_seqlens: torch.Tensor, block: int = 32,
         shape = dict(T_t=0 if codes_t is None else codes_t.shape[2], H=heads, inv_sqrt_d=1.0 / math.sqrt(d), D=d,
                      UNIT=unit, BLOCK=block, HADAMARD_STAGES=d.bit_length() - 1 if hadamard else 0, T_ALIGN=T_ALIGN)
         if hadamard and transposed and not interpreting():
-            if unit % (32 * QUANTIZER.rotated_warps) or not 16 <= unit <= 512:
-                raise ValueError(f"QUANTIZER: the rotated launch holds a token row per thread, so operand_unit "
-                                 f"({unit}) must be a multiple of 32 * rotated_warps and at most 512")
             # a token row per thread, so the butterflies stay in registers (rotated_quantizer.py)
             rotated_operand_kernel[grid](x, codes, codes_t, exps, cu_seqlens, cu_t, **shape, **args,
                                           num_warps=QUANTIZER.rotated_warps)

@@ -1,0 +1,27 @@
+# Session 7, call 6 (final): 74b5396 (fold, records, Gluon rotated quantizer with the fp32 transpose). GPU 0: GPU tests, kernel tests on CUDA, kernel_check.
+# GPU 1: quantizer mini-sweep (1 warp too), FA4 and torch sets (training call, each provider alone).
+set -u
+date -u; nvidia-smi -L
+python3 -c "import torch,triton;print('torch',torch.__version__,'triton',triton.__version__)"
+export PYTHONUNBUFFERED=1
+mkdir -p /tmp/o /tmp/bundles && cp peer-bundles/fa4_cutlass_cu13_py312.tar.xz /tmp/bundles/
+B=/tmp/bundles/fa4_cutlass_cu13_py312.tar.xz
+(export CUDA_VISIBLE_DEVICES=1
+ nvidia-smi dmon -i 1 -s pc -d 1 > /tmp/o/dmon.txt 2>&1 & DM=$!
+ BENCH_OUT=/tmp/o/parts timeout 260 benchmarks/run_h200.sh $B --providers flamia:mxfp8,fa4,fa2 --workloads causal --modes train,fwd,bwd,memory --alone > /tmp/o/fa4_set.log 2>&1
+ BENCH_OUT=/tmp/o/parts timeout 150 benchmarks/run_h200.sh torch --providers flamia:mxfp8,fa2,sdpa-nested --workloads causal --modes train,memory --alone > /tmp/o/torch_set.log 2>&1
+ kill $DM) &
+export CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$PWD
+timeout 60 python3 -m pytest -q tests/test_kernel_prefix.py tests/test_records.py tests/test_worklist.py tests/test_kernel_quantize.py tests/test_kernel_ops.py > /tmp/o/new_kernels_gpu.log 2>&1; tail -2 /tmp/o/new_kernels_gpu.log
+timeout 90 python3 scratch/calls/qgluon.py eq8x8k,skew8k+224x256,logu11-16k,logu29-64k > /tmp/o/qgluon.jsonl 2>/tmp/o/qgluon.err; cat /tmp/o/qgluon.jsonl; tail -2 /tmp/o/qgluon.err
+timeout 120 python3 -m pytest -q -m gpu tests/ --ignore=tests/test_peer_attention.py > /tmp/o/gpu_tests_all.log 2>&1; tail -2 /tmp/o/gpu_tests_all.log
+timeout 150 python3 benchmarks/kernel_check.py --skip tune,sass --out /tmp/o/kc > /tmp/o/kc.log 2>&1
+timeout 60 python3 -m flamia probe > /tmp/o/probe.log 2>&1; tail -1 /tmp/o/probe.log
+timeout 60 python3 -m flamia accuracy > /tmp/o/accuracy.log 2>&1; tail -3 /tmp/o/accuracy.log
+timeout 60 ncu --kernel-name regex:rotated_operand_kernel --launch-skip 2 --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section Occupancy --print-details all python3 scratch/calls/qgluon.py eq8x8k > /tmp/o/ncu_quant.txt 2>&1
+grep -E "Duration|Throughput|Busy|Stall|Eligible|Occupancy|Registers|Hit Rate|Warp Cycles" /tmp/o/ncu_quant.txt | head -40
+grep -v Warn /tmp/o/kc.log | grep "^correctness\|^graph\|^|" | cut -c1-420
+grep "^profile" /tmp/o/kc.log | cut -c1-250
+wait
+for t in fa4 torch; do grep -A9 "## Training call" /tmp/o/parts/$t/results.md | tail -7; done
+tar czf $OUT/s7f.tgz -C /tmp o
