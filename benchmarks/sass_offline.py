@@ -1,5 +1,5 @@
-"""Compile every Triton launch of one training call for Hopper (sm_90a) on a machine without a
-GPU, and read its SASS: registers, spills, FP8 wgmma (QGMMA) count, and the instruction mix
+"""Compile every Triton (and Gluon) launch of one training call for Hopper (sm_90a) on a machine
+without a GPU, and read its SASS: registers, spills, FP8 wgmma (QGMMA) count, and the instruction mix
 of each kernel's step loop. Device time is scarce; instruction counts are not.
 
     PYTHONPATH=. python3 benchmarks/sass_offline.py [--workload eq8x8k] [--kernels REGEX] [--out FILE]
@@ -9,7 +9,8 @@ kernel launch intercepted and skipped, recording each launch's arguments (tensor
 workload's real shapes, ints, floats, launch options). A second process, without the
 interpreter, compiles each recorded kernel with ``triton.compile`` for
 GPUTarget("cuda", 90, 32), specialised as a launch would be (pointers and ints divisible by
-16 marked so, ints equal to 1 made constants, INTERPRET=False), and disassembles the cubin
+16 marked so, ints equal to 1 made constants, INTERPRET=False; Gluon kernels, which have no
+interpreter, are recorded where the GPU would launch them), and disassembles the cubin
 with the cuobjdump that ships with Triton. The SASS is that of the installed Triton: the
 H200 machine runs Triton 3.6, so install that one beside this checkout for faithful numbers
 (``pip install --target DIR triton==3.6.0`` and put DIR first on PYTHONPATH).
@@ -31,9 +32,11 @@ def capture(workload: str) -> list[dict]:
     as {kernel, module, grid, args: [{kind, ...}], kwargs}; the kernels do not run."""
     os.environ["TRITON_INTERPRET"] = "1"
     import torch
+    from triton.experimental.gluon._runtime import GluonJITFunction
     from triton.runtime.interpreter import InterpretedFunction
 
     from flamia.bench.workloads import WORKLOADS, make_case
+    from flamia.kernels import quantize
     from flamia.kernels.ops import triton_attention
 
     launches = []
@@ -56,6 +59,9 @@ def capture(workload: str) -> list[dict]:
                          "args": [describe(a) for a in args], "kwargs": {k: describe(v) for k, v in kwargs.items()}})
 
     InterpretedFunction.run = record
+    # The GPU's Gluon launches (Gluon has no interpreter): take quantize_operand's GPU branch.
+    GluonJITFunction.run = record
+    quantize.interpreting = lambda: False
     i = make_case(WORKLOADS[workload], "cpu").inputs
     q, k, v = (x.detach().clone().requires_grad_() for x in (i.q, i.k, i.v))
     out = triton_attention(q, k, v, i.cu_seqlens, i.cu_seqlens, i.max_seqlen, i.max_seqlen, causal=True)
@@ -76,6 +82,7 @@ def compile_launch(launch: dict, seen: dict):
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
+    from triton.experimental.gluon._runtime import GluonASTSource, GluonJITFunction
 
     fn = getattr(importlib.import_module(launch["module"]), launch["kernel"])
     names = fn.arg_names
@@ -110,7 +117,8 @@ def compile_launch(launch: dict, seen: dict):
     seen[key] = label = f"{launch['kernel']} w{options.get('num_warps', 4)} s{options.get('num_stages', 3)}"
     variants = sum(v.startswith(label) for v in seen.values())
     label = seen[key] = label if variants == 1 else f"{label} #{variants}"
-    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
+    source = GluonASTSource if isinstance(fn, GluonJITFunction) else ASTSource
+    src = source(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
     return compiled.asm["cubin"], label
 
@@ -122,8 +130,8 @@ def _tool(name: str) -> str:
 
 
 def read_sass(cubin: bytes) -> dict:
-    """Registers, local memory, QGMMA and spill counts, the sizes of the loops that hold an
-    MMA (a backward branch's body) and the smallest one's opcode mix."""
+    """Registers, local memory, QGMMA and spill counts, the opcode mix, the sizes of the loops
+    that hold an MMA (a backward branch's body) and the smallest one's opcode mix."""
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
@@ -144,6 +152,7 @@ def read_sass(cubin: bytes) -> dict:
     ops = [o for _, o, _ in code]
     return {"regs": int(regs.get("REG", -1)), "stack_bytes": int(regs.get("STACK", -1)),
             "instructions": len(ops), "QGMMA": ops.count("QGMMA"), "LDL/STL": ops.count("LDL") + ops.count("STL"),
+            "opcodes": dict(collections.Counter(ops).most_common()),
             "mma_loops": sorted(len(body) for body in loops),
             "inner_loop": {"instructions": len(inner), "opcodes": dict(collections.Counter(inner).most_common())}}
 

@@ -24,3 +24,17 @@ def test_attention_kernels_use_fp8_wgmma(tmp_path):
         step = r["inner_loop"]["opcodes"]  # the unmasked step loop's opcode counts
         assert r["QGMMA"] > 0 and step.get("QGMMA", 0) >= 2, f"{label}: the step loop's products are not FP8 wgmma"
         assert "HMMA" not in step and "HGMMA" not in step, f"{label}: a 16-bit MMA in the step loop"
+
+
+@pytest.mark.skipif(shutil.which("cuobjdump") is None and not Path(sass_offline._tool("cuobjdump")).exists(),
+                    reason="needs cuobjdump (Triton's NVIDIA backend ships one)")
+def test_rotated_quantizer_butterflies_stay_in_registers(tmp_path):
+    """The Gluon Q/K launch holds a token row per thread: each of the 7 butterfly stages of a
+    128-wide row is one FADD per element in the thread (896 in all), and the only exchange
+    between threads is the 32-row block maximum (5 butterfly shuffles); nothing spills."""
+    out = tmp_path / "sass.json"
+    assert sass_offline.main(["--workload", "logu11-16k", "--kernels", "^rotated_operand_kernel$",
+                              "--out", str(out)]) == 0
+    (r,) = json.loads(out.read_text())["kernels"].values()
+    assert r["opcodes"]["FADD"] == 7 * 128 and r["opcodes"].get("SHFL", 0) <= 5, r["opcodes"]
+    assert r["LDL/STL"] == 0
