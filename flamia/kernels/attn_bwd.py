@@ -343,12 +343,12 @@ def _dq_kernel(p_q, p_k, p_kt, p_v, p_do, p_rec, p_kfr, p_cu_q, p_cu_k, p_cu_qt,
     lo, hi, full_lo, full_hi = _step_range(i0, len_q, len_k, len_k - len_q, wl, wr, BM, BN)
     acc = tl.zeros([BM, D], dtype=tl.float32)
     for j in range(full_lo, full_hi):
-        acc = _dq_step(acc, b_q, b_do, qx, qry, o_i, j * BN, p_rows, p_kt_doc, p_kfr_doc, geo, span_k, heads_kv, tk_t, D,
-                       BN, False, INTERPRET)
+        acc = _dq_step(acc, b_q, b_do, qx, qry, o_i, j * BN, p_rows, p_kt_doc, p_kfr_doc, geo, span_k, heads_kv,
+                       tk_t, D, BN, False, INTERPRET)
     for t in range(0, (full_lo - lo) + (hi - full_hi)):
         k0 = _masked_step(t, lo, full_lo, full_hi) * BN
-        acc = _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt_doc, p_kfr_doc, geo, span_k, heads_kv, tk_t, D, BN,
-                       True, INTERPRET)
+        acc = _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt_doc, p_kfr_doc, geo, span_k, heads_kv,
+                       tk_t, D, BN, True, INTERPRET)
     # 2^-eQ of dQ's code scale, exact before the softmax scale's one rounding (NUMERICS.md 4)
     acc = acc * _reciprocal_pow2(qg)[:, None]
     _store_dq(p_dq, acc, q_start + o_i, m_i, h_q, heads_q, scale, inv_sqrt_d, D, ROTATE_STAGES, INTERPRET)
