@@ -11,9 +11,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import sass_offline  # noqa: E402
 
+needs_cuobjdump = pytest.mark.skipif(
+    shutil.which("cuobjdump") is None and not Path(sass_offline._tool("cuobjdump")).exists(),
+    reason="needs cuobjdump (Triton's NVIDIA backend ships one)")
 
-@pytest.mark.skipif(shutil.which("cuobjdump") is None and not Path(sass_offline._tool("cuobjdump")).exists(),
-                    reason="needs cuobjdump (Triton's NVIDIA backend ships one)")
+
+@needs_cuobjdump
 def test_attention_kernels_use_fp8_wgmma(tmp_path):
     out = tmp_path / "sass.json"
     assert sass_offline.main(["--workload", "logu11-16k", "--kernels", "^(_attn_fwd_kernel|_dkdv_kernel|_dq_kernel)$",
@@ -26,8 +29,7 @@ def test_attention_kernels_use_fp8_wgmma(tmp_path):
         assert "HMMA" not in step and "HGMMA" not in step, f"{label}: a 16-bit MMA in the step loop"
 
 
-@pytest.mark.skipif(shutil.which("cuobjdump") is None and not Path(sass_offline._tool("cuobjdump")).exists(),
-                    reason="needs cuobjdump (Triton's NVIDIA backend ships one)")
+@needs_cuobjdump
 def test_rotated_quantizer_butterflies_stay_in_registers(tmp_path):
     """The Gluon Q/K launch holds a token row per thread: each of the 7 butterfly stages of a
     128-wide row is one FADD per element in the thread (896 in all), and the only exchange

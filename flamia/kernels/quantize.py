@@ -244,14 +244,14 @@ def quantize_operand(x: torch.Tensor, cu_seqlens: torch.Tensor, block: int = 32,
     exps = torch.empty((total, heads), dtype=torch.int8, device=dev)
     if total:
         grid, args = _units(cu_seqlens, total, unit, heads, work)
-        shape = dict(T_t=0 if codes_t is None else codes_t.shape[2], H=heads, inv_sqrt_d=1.0 / math.sqrt(d), D=d,
+        common = dict(T_t=0 if codes_t is None else codes_t.shape[2], H=heads, inv_sqrt_d=1.0 / math.sqrt(d), D=d,
                      UNIT=unit, BLOCK=block, HADAMARD_STAGES=d.bit_length() - 1 if hadamard else 0, T_ALIGN=T_ALIGN)
         if hadamard and transposed and not interpreting():
             # a token row per thread, so the butterflies stay in registers (rotated_quantizer.py)
-            rotated_operand_kernel[grid](x, codes, codes_t, exps, cu_seqlens, cu_t, **shape, **args,
+            rotated_operand_kernel[grid](x, codes, codes_t, exps, cu_seqlens, cu_t, **common, **args,
                                           num_warps=QUANTIZER.rotated_warps)
         else:
-            _quantize_operand_kernel[grid](x, codes, codes_t, exps, cu_seqlens, cu_t, **shape, **args,
+            _quantize_operand_kernel[grid](x, codes, codes_t, exps, cu_seqlens, cu_t, **common, **args,
                                            TRANSPOSED=transposed, INTERPRET=interpreting(),
                                            num_warps=QUANTIZER.rotated_warps if hadamard else QUANTIZER.plain_warps)
         work = args["p_work"]

@@ -5,7 +5,7 @@ address arithmetic. Six such vectors per query step made integer instructions a 
 the dK/dV kernel's (ncu, H200, 2026-11-29); one 16-byte record per query and one int32 per
 key, tokens contiguous, cut the backward from 27.6 to 20.9 ms on eq8x8k, bitwise unchanged.
 The packed words hold each exponent e as the fp32 exponent field of 2^e (e + 127, 8 bits),
-at bits 23-30, 15-22 or 7-14, so a decoder makes the fp32 factor with one mask, or a shift
+at bits 23-30 or 15-22, so a decoder makes the fp32 factor with one mask, or a shift
 and a mask, instead of a sign extension, a bias and a shift (``_field_pow2``).
 Where the dQ kernel reads keys (a key vector per step), it reads their fp32 factors instead
 (``key_factor_records``): the decoding of eK and eV took about 100 of the step loop's 999
@@ -32,9 +32,8 @@ def query_records(q_exps: torch.Tensor, do_exps: torch.Tensor, pv: torch.Tensor,
     rides on ro and delta, and Q's 2^eQ on ro, because the backward's payloads need them
     nowhere else: ``(P^ rq)(dP vf - deltad)`` is ``((P^ ro)((dP 2^edO) vf - D)) 2^eQ`` bit
     for bit (exact powers of two, NUMERICS.md 4), two multiplies per pair and a per-query
-    vector fewer in the dK/dV loop. One launch: in
-    ~12 torch ops the records took 0.33 ms of host time per eager training call (H200,
-    2026-11-30).
+    vector fewer in the dK/dV loop. One launch: in ~12 torch ops the records took 0.33 ms of
+    host time per eager training call (H200, 2026-11-30).
     q_exps, do_exps: [Tq, Hq] int8 in [EXP_MIN, EXP_MAX]; pv: [Tq, Hkv] int32 (a maximum of
     such exponents, or 0); m, ro, delta: [Hq, Tq] fp32; sigma in [0, 27], so that
     sigma - PV + 127 fits the 8-bit field (sigma = 0 with PV = 127 reads 2^-127 as 0, as the
@@ -133,8 +132,8 @@ def packed_key_factors(p_krec, o_k, m_k, MASK: tl.constexpr):
 
 @triton.jit
 def query_fields(p_rec, o_i, m_i, MASK: tl.constexpr):
-    """(m, rq = ro 2^(edO + eQ), deltad = delta / 2^edO, qg = 2^eQ, rf = 2^(sigma - PV)) fp32, each
-    [N], of rows o_i from their records (``query_records``; p_rec at the document's first row
+    """(m, rq = ro 2^(edO + eQ), deltad = delta / 2^edO, qg = 2^eQ, rf = 2^(sigma - PV))
+    fp32, each [N], of rows o_i from their records (``query_records``; p_rec at the document's first row
     of the head). With MASK, rows where m_i is false read m = +inf and zeros: no key is
     visible to them."""
     o_r = o_i.to(tl.int64)[:, None] * 4 + tl.arange(0, 4)[None, :]  # [N, 4]
@@ -143,9 +142,9 @@ def query_fields(p_rec, o_i, m_i, MASK: tl.constexpr):
     # [N, 4] -> [N, 2, 2]: split takes the last axis, so (m, deltad) then (rq, exps)
     even, odd = tl.split(tl.reshape(rec, [rec.shape[0], 2, 2]))
     m_bits, delta_bits = tl.split(even)
-    ro_bits, exps = tl.split(odd)
+    rq_bits, exps = tl.split(odd)
     f32 = tl.float32
-    return (m_bits.to(f32, bitcast=True), ro_bits.to(f32, bitcast=True), delta_bits.to(f32, bitcast=True),
+    return (m_bits.to(f32, bitcast=True), rq_bits.to(f32, bitcast=True), delta_bits.to(f32, bitcast=True),
             _field_pow2(exps, 0), _field_pow2(exps, 8))
 
 
