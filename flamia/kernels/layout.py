@@ -7,7 +7,8 @@ a document starts 16-byte aligned and loads as wide vectors (with packed starts,
 generally not aligned, Triton falls back to single-byte loads). Columns between documents
 and past the last one hold zero codes: kernels load whole aligned tiles, and uninitialised
 FP8 bytes may be NaNs. Everything here runs on the device, without a host sync; the
-launchers' shape check lives here too.
+launchers' shape check and the quantizers' column math (``unit_columns``, ``zero_tail``) live
+here too.
 """
 import torch
 import triton
@@ -67,6 +68,41 @@ def transposed_extent(total: int, num_docs: int) -> int:
     document adds at most T_ALIGN - 1 columns of padding), a multiple of T_ALIGN. It exceeds
     cu_t[-1] by less than T_ALIGN * (num_docs + 1) columns."""
     return -(-total // T_ALIGN) * T_ALIGN + T_ALIGN * num_docs
+
+
+# The quantizers' column math, shared by the Triton kernels (quantize.py) and the Gluon one
+# (rotated_quantizer.py). Gluon's aranges need explicit layouts, so the index vectors come in
+# as arguments (tl.arange or gl.arange results) and nothing here makes a tensor of its own.
+
+
+@triton.jit
+def column_offsets(o_d, o_c, h, T_t, D: tl.constexpr):
+    """Element offsets [len(o_d), len(o_c)] of head-dim rows o_d (int64) and columns o_c of
+    head h in a [H, D, T_t] tensor."""
+    return (h * D + o_d[:, None]) * T_t + o_c[None, :]
+
+
+@triton.jit
+def unit_columns(cu_seqlens_t, doc, length, o_i, T_ALIGN: tl.constexpr):
+    """Columns of positions o_i (int32) of document doc, ``length`` tokens long: (cols int64,
+    valid). Valid columns span the document's tokens and the padding up to its next multiple
+    of T_ALIGN; the quantizers load a unit's rows past its document's end as zeros, so that
+    gap gets zero codes."""
+    first = tl.multiple_of(tl.load(cu_seqlens_t + doc), T_ALIGN).to(tl.int64)
+    return first + o_i, o_i < tl.cdiv(length, T_ALIGN) * T_ALIGN
+
+
+@triton.jit
+def zero_tail(p_t, cu_seqlens_t, doc, num_docs, h, o_d, o_j, T_t, D: tl.constexpr, T_ALIGN: tl.constexpr):
+    """Zero document doc's share of the columns [cu_t[-1], T_t) of head h of a [H, D, T_t]
+    FP8 tensor (the kernels call it in the document's unit 0), so that no byte of the tensor
+    stays uninitialised. o_d: the D head-dim rows (int64); o_j: arange(0, 2 T_ALIGN). The
+    tail is shorter than T_ALIGN * (num_docs + 1) <= 2 T_ALIGN * num_docs columns
+    (``transposed_extent``): 2 T_ALIGN columns per document cover it."""
+    first = tl.multiple_of(tl.load(cu_seqlens_t + num_docs), T_ALIGN).to(tl.int64)
+    o_c = first + doc * (2 * T_ALIGN) + o_j  # [2 T_ALIGN]
+    # a scalar zero takes the offsets' shape and layout (tl.zeros would have no layout in Gluon)
+    tl.store(p_t + column_offsets(o_d, o_c, h, T_t, D), 0.0, mask=(o_c < T_t)[None, :])
 
 
 def transposed_reference(codes: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:

@@ -26,7 +26,7 @@ from ..validation import INPUT_DTYPES
 from .configs import QUANTIZER
 from .fp8 import block_exponents, interpreting, pow2, to_e4m3
 from .hadamard import rotate
-from .layout import T_ALIGN, aligned_starts, check_operand, transposed_extent
+from .layout import T_ALIGN, aligned_starts, check_operand, column_offsets, transposed_extent, unit_columns, zero_tail
 from .rotated_quantizer import rotated_operand_kernel
 from .worklist import list_extent, program_tile, tile_list
 
@@ -76,13 +76,10 @@ def _unit_rows(cu_seqlens, doc, unit, UNIT: tl.constexpr):
 
 @triton.jit
 def _unit_cols(cu_seqlens, cu_seqlens_t, doc, unit, UNIT: tl.constexpr, T_ALIGN: tl.constexpr):
-    """Transposed-codes columns of unit ``unit`` of document ``doc``: (cols [UNIT] int64,
-    valid [UNIT]). Valid columns span the document's tokens and the padding up to its next
-    multiple of T_ALIGN, whose rows load as zeros, so that gap gets zero codes."""
+    """Transposed-codes columns of unit ``unit`` of document ``doc`` (``layout.unit_columns``):
+    (cols [UNIT] int64, valid [UNIT])."""
     length = tl.load(cu_seqlens + doc + 1) - tl.load(cu_seqlens + doc)
-    o_i = unit * UNIT + tl.arange(0, UNIT)  # [UNIT] positions in the document
-    first = tl.multiple_of(tl.load(cu_seqlens_t + doc), T_ALIGN).to(tl.int64)
-    return first + o_i, o_i < tl.cdiv(length, T_ALIGN) * T_ALIGN
+    return unit_columns(cu_seqlens_t, doc, length, unit * UNIT + tl.arange(0, UNIT), T_ALIGN)
 
 
 @triton.jit
@@ -92,30 +89,21 @@ def _row_offsets(o_t, h, H, D: tl.constexpr):
 
 
 @triton.jit
-def _col_offsets(o_c, h, T_t, D: tl.constexpr):
-    """Element offsets [D, len(o_c)] of columns o_c, head h in a [H, D, T_t] tensor."""
-    return (h * D + tl.arange(0, D).to(tl.int64)[:, None]) * T_t + o_c[None, :]
-
-
-@triton.jit
 def _store_transposed(p_t, b_t, cols, h, T_t, D: tl.constexpr, INTERPRET: tl.constexpr):
     """Store the E4M3 codes of b_t [D, UNIT] fp32 (already scaled) at columns cols =
     ``_unit_cols`` (o_c [UNIT], valid [UNIT]) of head h of a [H, D, T_t] tensor."""
     o_c, m_c = cols
-    tl.store(p_t + _col_offsets(o_c, h, T_t, D), to_e4m3(b_t, INTERPRET), mask=m_c[None, :])
+    tl.store(p_t + column_offsets(tl.arange(0, D).to(tl.int64), o_c, h, T_t, D), to_e4m3(b_t, INTERPRET),
+             mask=m_c[None, :])
 
 
 @triton.jit
 def _zero_tail(p_t, cu_seqlens_t, doc, unit, num_docs, h, T_t, D: tl.constexpr, T_ALIGN: tl.constexpr):
-    """Zero document doc's share of the columns [cu_t[-1], T_t) of head h of a [H, D, T_t]
-    tensor (in its unit 0), so that no byte of the tensor stays uninitialised. The tail
-    is shorter than T_ALIGN * (num_docs + 1) <= 2 T_ALIGN * num_docs columns
-    (``transposed_extent``): 2 T_ALIGN columns per document cover it."""
+    """``layout.zero_tail`` in unit 0: zero document doc's share of the columns [cu_t[-1], T_t)
+    of head h of a [H, D, T_t] tensor."""
     if unit == 0:
-        first = tl.multiple_of(tl.load(cu_seqlens_t + num_docs), T_ALIGN).to(tl.int64)
-        o_c = first + doc * (2 * T_ALIGN) + tl.arange(0, 2 * T_ALIGN)  # [2 T_ALIGN]
-        b_zero = tl.zeros([D, 2 * T_ALIGN], dtype=tl.float8e4nv)
-        tl.store(p_t + _col_offsets(o_c, h, T_t, D), b_zero, mask=(o_c < T_t)[None, :])
+        zero_tail(p_t, cu_seqlens_t, doc, num_docs, h, tl.arange(0, D).to(tl.int64), tl.arange(0, 2 * T_ALIGN), T_t, D,
+                  T_ALIGN)
 
 
 @triton.jit

@@ -15,16 +15,17 @@ through one shared-memory transpose into 16-byte column stores. Kernel-only on t
 0.330 -> 0.303 ms (1.78 TB/s); still below V's 3.4 TB/s.
 
 The arithmetic is the Triton kernel's, through the same helpers (``rotate``,
-``block_exponents``, ``to_e4m3``), so the codes are equal bit for bit; the GPU tests check
-them against the torch reference. Gluon has no CPU interpreter, so under TRITON_INTERPRET
-``quantize_operand`` runs the Triton kernel, which the CPU suite checks the same way.
+``block_exponents``, ``to_e4m3``; layout.py's ``unit_columns``, ``zero_tail``), so the codes
+are equal bit for bit; the GPU tests check them against the torch reference. Gluon has no
+CPU interpreter, so under TRITON_INTERPRET ``quantize_operand`` runs the Triton kernel,
+which the CPU suite checks the same way.
 """
-import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 from .fp8 import block_exponents, pow2, to_e4m3
 from .hadamard import rotate
+from .layout import column_offsets, unit_columns, zero_tail
 from .worklist import program_tile
 
 
@@ -45,7 +46,8 @@ def rotated_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqle
     h = gl.program_id(1).to(gl.int64)
     o_d = gl.arange(0, D, layout=gl.SliceLayout(1, COLS)).to(gl.int64)  # [D] head-dim rows of codes_t
     if unit == 0:
-        _zero_tail(p_codes_t, cu_seqlens_t, doc, num_docs, h, o_d, T_t, D, T_ALIGN, COLS)
+        o_j = gl.arange(0, 2 * T_ALIGN, layout=gl.SliceLayout(0, COLS))
+        zero_tail(p_codes_t, cu_seqlens_t, doc, num_docs, h, o_d, o_j, T_t, D, T_ALIGN)
     start = gl.load(cu_seqlens + doc).to(gl.int64)
     end = gl.load(cu_seqlens + doc + 1).to(gl.int64)
     o_t = start + unit * UNIT + gl.arange(0, UNIT, layout=gl.SliceLayout(1, ROWS))  # [UNIT] packed rows
@@ -59,23 +61,10 @@ def rotated_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqle
     b_scaled = b_x * pow2(-b_e)[:, None]  # [UNIT, D]
     gl.store(p_codes + o_x, to_e4m3(b_scaled, False), mask=m_t[:, None])
     gl.store(p_exps + o_t * H + h, b_e.to(gl.int8), mask=m_t)
-    # Transposed columns of this unit, valid over the document's span (``quantize._unit_cols``):
-    # the rows past its end hold zero codes, which fill the padding up to a multiple of T_ALIGN.
-    o_i = unit * UNIT + gl.arange(0, UNIT, layout=gl.SliceLayout(0, COLS))  # [UNIT] positions in the document
-    first = gl.multiple_of(gl.load(cu_seqlens_t + doc), T_ALIGN).to(gl.int64)
-    m_c = o_i < tl.cdiv((end - start).to(gl.int32), T_ALIGN) * T_ALIGN
+    # [UNIT] this unit's columns of codes_t, valid up to its document's next multiple of T_ALIGN
+    o_c, m_c = unit_columns(cu_seqlens_t, doc, (end - start).to(gl.int32),
+                            unit * UNIT + gl.arange(0, UNIT, layout=gl.SliceLayout(0, COLS)), T_ALIGN)
     # The transpose moves fp32 values through shared memory and rounds them after: moved as
     # fp8, half the transposed codes came back wrong (H200, Triton 3.6, 2026-11-30).
     b_t = to_e4m3(gl.convert_layout(gl.permute(b_scaled, [1, 0]), COLS), False)  # [D, UNIT]
-    gl.store(p_codes_t + (h * D + o_d[:, None]) * T_t + (first + o_i)[None, :], b_t, mask=m_c[None, :])
-
-
-@gluon.jit
-def _zero_tail(p_t, cu_seqlens_t, doc, num_docs, h, o_d, T_t, D: gl.constexpr, T_ALIGN: gl.constexpr,
-               COLS: gl.constexpr):
-    """``quantize._zero_tail`` with explicit layouts: zero document doc's share (2 T_ALIGN
-    columns) of the columns [cu_t[-1], T_t) of head h of the [H, D, T_t] codes."""
-    first = gl.multiple_of(gl.load(cu_seqlens_t + num_docs), T_ALIGN).to(gl.int64)
-    o_c = first + doc * (2 * T_ALIGN) + gl.arange(0, 2 * T_ALIGN, layout=gl.SliceLayout(0, COLS))  # [2 T_ALIGN]
-    b_zero = gl.zeros([D, 2 * T_ALIGN], gl.float8e4nv, layout=COLS)
-    gl.store(p_t + (h * D + o_d[:, None]) * T_t + o_c[None, :], b_zero, mask=(o_c < T_t)[None, :])
+    gl.store(p_codes_t + column_offsets(o_d, o_c, h, T_t, D), b_t, mask=m_c[None, :])
