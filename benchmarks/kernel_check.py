@@ -139,12 +139,12 @@ def kernel_only(i, causal, t=None):
     pv = prefix_v_exponent(vq.exps, cu, cu, i.q.shape[0], causal, (-1, -1))
     kw = dict(causal=causal, window_size=(-1, -1), softmax_scale=d ** -0.5)
     fwd = lambda: attention_forward(qq.codes, qq.exps, kq.codes, kq.exps, vq.codes_t, vq.exps, pv, cu, cu,
-                                    vq.cu_seqlens_t, tau=4, sigma=4, tiles=t, **kw)
+                                    vq.cu_seqlens_t, tau=4, sigma=4, scale_block=32, tiles=t, **kw)
     out, lse, m, ro = fwd()
     go = quantize_grad_output(i.do, out, ro, cu, 32, t.bwd_block_m)
     bwd = lambda: attention_backward(qq.codes, qq.codes_t, qq.exps, kq.codes, kq.codes_t, kq.exps, vq.codes, vq.exps,
                                      go.do_codes, go.do_exps, go.dot_codes_t, go.dot_exps, go.delta, m, ro, pv,
-                                     cu, cu, qq.cu_seqlens_t, kq.cu_seqlens_t, sigma=4, tiles=t,
+                                     cu, cu, qq.cu_seqlens_t, kq.cu_seqlens_t, sigma=4, scale_block=32, tiles=t,
                                      rotate=d == 128, out_dtype=i.q.dtype, **kw)
     qbytes = 3 * i.q.numel() * (2 + 2)  # read bf16, write row-major + transposed fp8
     return fwd, bwd, quant, qbytes
@@ -197,9 +197,9 @@ def speed(report, names):
     report["speed"] = rows
 
 
-# One change at a time from configs.py's tiles (v7: one warpgroup per backward program;
+# One change at a time from configs.py's tiles (v8: the Gluon forward; one warpgroup per backward program;
 # each entry must stay a valid AttnTiles, e.g. dq_atomic needs dq_block_n == bwd_block_n).
-TUNE = [dict(), dict(fwd_warps=8), dict(fwd_block_n=64), dict(fwd_stages=2), dict(fwd_stages=4),
+TUNE = [dict(), dict(fwd_gluon=False), dict(fwd_block_n=64), dict(fwd_stages=2), dict(fwd_stages=4),
         dict(bwd_block_m=64), dict(bwd_block_n=128, bwd_warps=8), dict(bwd_stages=3), dict(bwd_stages=5),
         dict(dq_block_m=128, dq_warps=8), dict(dq_block_n=128), dict(dq_stages=2), dict(dq_atomic=True)]
 

@@ -33,10 +33,12 @@ def capture(workload: str) -> list[dict]:
     os.environ["TRITON_INTERPRET"] = "1"
     import torch
     from triton.experimental.gluon._runtime import GluonJITFunction
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import mangle_type
 
     from flamia.bench.workloads import WORKLOADS, make_case
-    from flamia.kernels import quantize
+    from flamia.kernels import attn_fwd, quantize
     from flamia.kernels.ops import triton_attention
 
     launches = []
@@ -44,6 +46,8 @@ def capture(workload: str) -> list[dict]:
     def describe(x):
         if isinstance(x, torch.Tensor):
             return {"kind": "tensor", "dtype": str(x.dtype).removeprefix("torch."), "ptr16": x.data_ptr() % 16 == 0}
+        if isinstance(x, TensorDescriptor):  # a Gluon kernel's TMA operand
+            return {"kind": "descriptor", "signature": mangle_type(x)}
         if isinstance(x, bool):
             return {"kind": "bool", "value": x}
         if isinstance(x, int):
@@ -59,9 +63,9 @@ def capture(workload: str) -> list[dict]:
                          "args": [describe(a) for a in args], "kwargs": {k: describe(v) for k, v in kwargs.items()}})
 
     InterpretedFunction.run = record
-    # The GPU's Gluon launches (Gluon has no interpreter): take quantize_operand's GPU branch.
+    # The GPU's Gluon launches (Gluon has no interpreter): take the launchers' GPU branches.
     GluonJITFunction.run = record
-    quantize.interpreting = lambda: False
+    quantize.interpreting = attn_fwd.interpreting = lambda: False
     i = make_case(WORKLOADS[workload], "cpu").inputs
     q, k, v = (x.detach().clone().requires_grad_() for x in (i.q, i.k, i.v))
     out = triton_attention(q, k, v, i.cu_seqlens, i.cu_seqlens, i.max_seqlen, i.max_seqlen, causal=True)
@@ -99,6 +103,8 @@ def compile_launch(launch: dict, seen: dict):
             signature[name] = _TYPES[a["dtype"]]
             if a["ptr16"]:
                 attrs[(index,)] = [["tt.divisibility", 16]]
+        elif a["kind"] == "descriptor":
+            signature[name] = a["signature"]
         elif a["kind"] == "none":
             signature[name], constexprs[name] = "constexpr", None
         elif a["kind"] == "int" and a["value"] == 1:

@@ -25,7 +25,7 @@ GRAD_TOL = 16 * U
 
 
 def tiles(bwd_m: int, bwd_n: int, dq_m: int, dq_n: int, dq_atomic: bool = False) -> AttnTiles:
-    return AttnTiles(fwd_block_m=32, fwd_block_n=32, bwd_block_m=bwd_m, bwd_block_n=bwd_n, dq_block_m=dq_m,
+    return AttnTiles(fwd_block_m=32, fwd_block_n=32, fwd_gluon=False, bwd_block_m=bwd_m, bwd_block_n=bwd_n, dq_block_m=dq_m,
                      dq_block_n=dq_n, dq_atomic=dq_atomic)
 
 
@@ -49,7 +49,8 @@ def kernel_inputs(fwd, do) -> tuple[tuple, dict]:
             transposed(g_dot.codes, cu_q), g_dot.exps.to(i8), go.delta, fwd.m, fwd.ro, fwd.pv, cu_q, cu_k,
             aligned_starts(cu_q), aligned_starts(cu_k))
     kwargs = dict(causal=spec.causal, window_size=spec.window_size, softmax_scale=spec.softmax_scale,
-                  sigma=spec.recipe.sigma, tiles=t, rotate=fwd.numerics.hadamard)
+                  sigma=spec.recipe.sigma, scale_block=spec.recipe.scale_block, tiles=t,
+                  rotate=fwd.numerics.hadamard)
     return args, kwargs
 
 
@@ -159,7 +160,8 @@ def test_backward_names_bad_argument():
             stats, stats, stats, torch.zeros((t, h), dtype=torch.int32), *[cu_seqlens([t]).cpu()] * 2,
             *[aligned_starts(cu_seqlens([t]).cpu())] * 2]
     with pytest.raises(ValueError, match="^dot_exps: "):
-        attention_backward(*args, causal=True, window_size=(-1, -1), softmax_scale=0.125, sigma=4, tiles=AttnTiles())
+        attention_backward(*args, causal=True, window_size=(-1, -1), softmax_scale=0.125, sigma=4, scale_block=32,
+                           tiles=AttnTiles())
 
 
 @pytest.mark.gpu

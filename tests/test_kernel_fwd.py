@@ -5,6 +5,8 @@ small tiles (the emulator gets the same tiles): the integer row max m bit for bi
 within fp32 summation-order noise, O within one bf16 rounding of it. On the GPU, exp2 is
 approximate and the FP8 MMAs may accumulate with reduced precision, so looser bounds apply
 (``assert_near``)."""
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -27,7 +29,7 @@ O_FLIP_FRACTION = 0.01
 
 
 def tiles(bm: int, bn: int) -> AttnTiles:
-    return AttnTiles(fwd_block_m=bm, fwd_block_n=bn, bwd_block_m=16, bwd_block_n=16, dq_block_m=16, dq_block_n=16)
+    return AttnTiles(fwd_block_m=bm, fwd_block_n=bn, fwd_gluon=False, bwd_block_m=16, bwd_block_n=16, dq_block_m=16, dq_block_n=16)
 
 
 def cu_seqlens(lengths) -> torch.Tensor:
@@ -47,10 +49,11 @@ def launch(fwd):
     sp = fwd.spec
     return attention_forward(*kernel_inputs(fwd), sp.cu_seqlens_q, sp.cu_seqlens_k, aligned_starts(sp.cu_seqlens_k),
                              causal=sp.causal, window_size=sp.window_size,
-                             softmax_scale=sp.softmax_scale, tau=sp.recipe.tau, sigma=sp.recipe.sigma, tiles=fwd.tiles)
+                             softmax_scale=sp.softmax_scale, tau=sp.recipe.tau, sigma=sp.recipe.sigma,
+                             scale_block=sp.recipe.scale_block, tiles=fwd.tiles)
 
 
-def run_both(lens_q, lens_k, heads, d, causal, window, tile_cfg, seed):
+def run_both(lens_q, lens_k, heads, d, causal, window, tile_cfg, seed, recipe="mxfp8"):
     """(kernel (out, lse, m, ro), emulator forward) on random normal bf16 inputs."""
     g = torch.Generator().manual_seed(seed)
     hq, hkv = heads
@@ -60,7 +63,7 @@ def run_both(lens_q, lens_k, heads, d, causal, window, tile_cfg, seed):
     cu_q, cu_k = cu_seqlens(lens_q), cu_seqlens(lens_k)
     max_q, max_k = max(lens_q), max(lens_k)
     fwd = emulate_forward(q, k, v, cu_q, cu_k, max_q, max_k, causal=causal, softmax_scale=d**-0.5,
-                          window_size=window, recipe="mxfp8", tiles=tile_cfg)
+                          window_size=window, recipe=recipe, tiles=tile_cfg)
     return launch(fwd), fwd
 
 
@@ -146,7 +149,7 @@ def test_forward_names_bad_argument():
             cu_seqlens([t]).cpu(), cu_seqlens([t]).cpu(), aligned_starts(cu_seqlens([t]).cpu())]
     with pytest.raises(ValueError, match="^q_exps: "):
         attention_forward(*args, causal=True, window_size=(-1, -1), softmax_scale=0.125, tau=4, sigma=4,
-                          tiles=AttnTiles())
+                          scale_block=32, tiles=AttnTiles())
 
 
 @pytest.mark.gpu
@@ -156,3 +159,34 @@ def test_forward_matches_emulator_gpu():
     lens = (4096,) * 4
     got, fwd = run_both(lens, lens, (16, 16), 128, True, (-1, -1), AttnTiles(), seed=0)
     assert_near(got, fwd)
+
+
+# Longer documents: several key tiles per row, so the Gluon kernel's copy ring wraps.
+GLUON_CASES = {**{name: case[:6] for name, case in CASES.items()},
+               "long-causal-gqa": ((700, 1, 300, 129), None, (4, 2), 128, True, (-1, -1)),
+               "long-two-sided-window": ((700, 300), None, (2, 1), 64, False, (200, 70))}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("block_n", [64, 128])
+@pytest.mark.parametrize("name", list(GLUON_CASES))
+def test_gluon_forward_equals_triton(name, block_n):
+    """The Gluon forward (attn_fwd_gluon.py) and the Triton kernel on the same operands and
+    tiles: out, lse, m and ro equal bit for bit."""
+    assert_gluon_equals_triton(*GLUON_CASES[name], AttnTiles(fwd_block_n=block_n), seed=len(name))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gluon_forward_equals_triton_per_token_exponents():
+    """The exact recipe's per-token exponents: the Gluon kernel reads a key word per key."""
+    assert_gluon_equals_triton(*GLUON_CASES["long-causal-gqa"], AttnTiles(), seed=5, recipe="mxfp8-exact")
+
+
+def assert_gluon_equals_triton(lens_q, lens_k, heads, d, causal, window, gluon, seed, recipe="mxfp8"):
+    got, fwd = run_both(lens_q, lens_k or lens_q, heads, d, causal, window, gluon, seed, recipe)
+    fwd.tiles = replace(gluon, fwd_gluon=False)
+    want = launch(fwd)
+    for what, a, b in zip(("out", "lse", "m", "ro"), got, want):
+        assert torch.equal(a, b), f"{what}: {(a != b).sum().item()} of {a.numel()} differ"

@@ -32,7 +32,8 @@ from .fp8 import (E4M3_EQ, E4M3_MQ, e4m3_grid, interpreting, maybe_masked_load, 
 from .hadamard import rotate
 from .layout import T_ALIGN as _T_ALIGN
 from .layout import check_operand, transposed_extent
-from .records import key_factor_records, key_factors, query_fields, query_records
+from .records import (block_key_records, key_factor_records, key_factors, key_records, query_fields, query_records,
+                      record_factors)
 from .worklist import program_tile, tile_list
 
 LOG2E = math.log2(math.e)
@@ -288,20 +289,25 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_kfr, 
 
 
 @triton.jit
-def _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt, p_kfr, geo, span_k, heads_kv, tk_t, D: tl.constexpr,
-             BN: tl.constexpr, MASK: tl.constexpr, INTERPRET: tl.constexpr):
+def _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt, p_krec, n_k, geo, span_k, heads_kv, tk_t,
+             D: tl.constexpr, BN: tl.constexpr, SCALE_BLOCK: tl.constexpr, MASK: tl.constexpr,
+             INTERPRET: tl.constexpr):
     """One key step [k0, k0 + BN) of a query tile: acc [BM, D] += its dQ payload. b_q, b_do:
     [BM, D] codes; qx: the scores' row factor s2 2^eQ and qry: ``_query_factors``'s second
     part, [BM]; o_i: [BM] query positions; p_rows = (K^, V^)
-    row-major, p_kt K^T transposed (row stride tk_t) and p_kfr (``key_factor_records``): all at
-    the document's first key (column) and the KV head; span_k: the document's transposed span."""
+    row-major, p_kt K^T transposed (row stride tk_t) and p_krec (``key_records``, read once per
+    scale block of SCALE_BLOCK keys, ``block_key_records``; n_k: the keys it holds from there):
+    all at the document's first key (column) and the KV head; span_k: the document's transposed
+    span."""
     p_k, p_v = p_rows
     o_k = k0 + tl.arange(0, BN)  # [BN] key positions
     m_k = o_k < geo[1]
     b_k = _load_rows(p_k, o_k, m_k, heads_kv * D, D, MASK)  # [BN, D]
     b_v = _load_rows(p_v, o_k, m_k, heads_kv * D, D, MASK)  # [BN, D]
     b_kt = _load_cols(p_kt, o_k, span_k, tk_t, D, MASK)  # [D, BN]
-    kf, vf, vinv = _key_factors(p_kfr, o_k, m_k, MASK)
+    # Keys past the document (masked steps only) take a neighbour's factors: their P and G are 0.
+    kf, vf = record_factors(block_key_records(p_krec, k0, tl.arange(0, BN), n_k, SCALE_BLOCK, BN))
+    vinv = _reciprocal_pow2(vf)
     b_zero = tl.zeros([b_q.shape[0], BN], dtype=tl.float32)
     b_s = mma(b_q, tl.trans(b_k), b_zero, INTERPRET)  # [BM, BN] S
     b_dp = mma(b_do, tl.trans(b_v), b_zero, INTERPRET)  # [BM, BN] dP before its factors
@@ -310,10 +316,10 @@ def _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt, p_kfr, geo, span_k,
 
 
 @triton.jit
-def _dq_kernel(p_q, p_k, p_kt, p_v, p_do, p_rec, p_kfr, p_cu_q, p_cu_k, p_cu_qt, p_cu_kt, p_work, width, p_dq,
+def _dq_kernel(p_q, p_k, p_kt, p_v, p_do, p_rec, p_krec, p_cu_q, p_cu_k, p_cu_qt, p_cu_kt, p_work, width, p_dq,
                s2, scale,
                inv_sqrt_d, wl, wr, total_q, total_k, heads_q, tk_t, GROUP: tl.constexpr,
-               D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+               D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, SCALE_BLOCK: tl.constexpr,
                ROTATE_STAGES: tl.constexpr, INTERPRET: tl.constexpr):
     """Program ((document, query tile), query head): dQ [BM, D] of the tile in p_dq's dtype
     (rotated back when ROTATE_STAGES > 0). The work list puts long documents first and, in
@@ -338,17 +344,17 @@ def _dq_kernel(p_q, p_k, p_kt, p_v, p_do, p_rec, p_kfr, p_cu_q, p_cu_k, p_cu_qt,
     o_kv = (k_start * heads_kv + h_k) * D
     p_rows = (p_k + o_kv, p_v + o_kv)
     p_kt_doc = p_kt + h_k * D * tk_t + k_start_t
-    p_kfr_doc = p_kfr + (h_k * total_k + k_start) * 2
+    p_krec_doc = p_krec + h_k * total_k + k_start
     # Query i sees the keys k with i + off - wl <= k <= i + off + wr.
     lo, hi, full_lo, full_hi = _step_range(i0, len_q, len_k, len_k - len_q, wl, wr, BM, BN)
     acc = tl.zeros([BM, D], dtype=tl.float32)
     for j in range(full_lo, full_hi):
-        acc = _dq_step(acc, b_q, b_do, qx, qry, o_i, j * BN, p_rows, p_kt_doc, p_kfr_doc, geo, span_k, heads_kv,
-                       tk_t, D, BN, False, INTERPRET)
+        acc = _dq_step(acc, b_q, b_do, qx, qry, o_i, j * BN, p_rows, p_kt_doc, p_krec_doc, total_k - k_start, geo,
+                       span_k, heads_kv, tk_t, D, BN, SCALE_BLOCK, False, INTERPRET)
     for t in range(0, (full_lo - lo) + (hi - full_hi)):
         k0 = _masked_step(t, lo, full_lo, full_hi) * BN
-        acc = _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt_doc, p_kfr_doc, geo, span_k, heads_kv,
-                       tk_t, D, BN, True, INTERPRET)
+        acc = _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt_doc, p_krec_doc, total_k - k_start, geo,
+                       span_k, heads_kv, tk_t, D, BN, SCALE_BLOCK, True, INTERPRET)
     # 2^-eQ of dQ's code scale, exact before the softmax scale's one rounding (NUMERICS.md 4)
     acc = acc * _reciprocal_pow2(qg)[:, None]
     _store_dq(p_dq, acc, q_start + o_i, m_i, h_q, heads_q, scale, inv_sqrt_d, D, ROTATE_STAGES, INTERPRET)
@@ -381,7 +387,7 @@ def _dq_finish_kernel(p_dqa, p_dq, scale, inv_sqrt_d, total_q, heads_q, D: tl.co
 def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v_codes, v_exps, do_codes, do_exps,
                        dot_codes_t, dot_exps, delta, m, ro, pv, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t,
                        *, causal: bool, window_size: tuple[int, int], softmax_scale: float,
-                       sigma: int, tiles: AttnTiles, rotate: bool = False,
+                       sigma: int, scale_block: int, tiles: AttnTiles, rotate: bool = False,
                        out_dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dQ, dK, dV of the MXFP8 route (NUMERICS.md 4), with dQ and dK rotated back by the
     Hadamard transform when ``rotate`` (Q and K were rotated), in the kernels' epilogues.
@@ -394,7 +400,8 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     see no key); pv: [Tq, Hkv] int32; cu_seqlens_q/k: int32 [num_docs + 1], with
     cu_seqlens_*[-1] = T (rows outside every document are not written); cu_seqlens_q_t/k_t: int32 [num_docs + 1], the transposed codes'
     document starts (``aligned_starts``, as the quantizers return them). D is 64 or 128 and Hq
-    a multiple of Hkv.
+    a multiple of Hkv. scale_block: the tokens that share an exponent (32, or 1 for per-token
+    exponents; K's blocks start at document starts).
     Returns dq [Tq, Hq, D], dk and dv [Tk, Hkv, D] in ``out_dtype`` (fp32, bf16 or fp16,
     rounded to nearest even from the fp32 values: the rotate-back and the cast happen before
     the store, where a separate torch pass would read and write every gradient several times).
@@ -407,6 +414,8 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
         raise ValueError(f"k_codes: expected [Tk, Hkv, D] with Hq={hq} a multiple of Hkv, got {tuple(k_codes.shape)}")
     if out_dtype not in INPUT_DTYPES:  # the gradients take the inputs' dtype
         raise ValueError(f"out_dtype: must be one of {INPUT_DTYPES}, got {out_dtype}")
+    if scale_block not in (1, 32):
+        raise ValueError(f"scale_block: must be 1 or 32, got {scale_block}")
     if rotate and d not in HADAMARD_DIMS:
         raise ValueError(f"rotate: the Hadamard rotation needs head dim in {HADAMARD_DIMS}, got {d}")
     num_docs = cu_seqlens_q.shape[0] - 1
@@ -457,8 +466,10 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
         _dq_finish_kernel[grid](dq_sums, dq, BM=tiles.dq_block_m, **epilogue)
         return dq, dk, dv
     work = tile_list(cu_seqlens_q, tq, tiles.dq_block_m, reverse=True)
-    _dq_kernel[(work.shape[1], hq)](q_codes, k_codes, k_codes_t, v_codes, do_codes, records, key_fac,
+    _dq_kernel[(work.shape[1], hq)](q_codes, k_codes, k_codes_t, v_codes, do_codes, records,
+                                    key_records(k_exps, v_exps),
                                     cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, work, work.shape[1],
-                                    dq, tk_t=tk_t, BM=tiles.dq_block_m, BN=tiles.dq_block_n, num_warps=tiles.dq_warps,
+                                    dq, tk_t=tk_t, BM=tiles.dq_block_m, BN=tiles.dq_block_n, SCALE_BLOCK=scale_block,
+                                    num_warps=tiles.dq_warps,
                                     num_stages=tiles.dq_stages, **args)
     return dq, dk, dv

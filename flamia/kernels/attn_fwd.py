@@ -7,7 +7,10 @@ key tiles of BN keys start at the document start, as in the emulator, so the int
 max rises at the same places. A program visits only the key tiles that intersect its visible
 range, in ascending order, and masks only the tiles that hold both visible and hidden pairs
 (window edges, the diagonal, the document's end): one tile body, ``_attend_tile``, serves
-both kinds through its ``MASK`` constexpr.
+both kinds through its ``MASK`` constexpr. On the GPU, ``attention_forward`` launches the
+Gluon kernel of ``attn_fwd_gluon.py`` instead (``AttnTiles.fwd_gluon``), which computes the
+same outputs bit for bit with asynchronous MMAs; this kernel is the interpreter's path and
+the reference the GPU tests hold it to.
 
 Nothing is read back to the host, so the launch can be captured in a CUDA graph.
 ``cu_seqlens_q[-1]`` must equal Tq (rows outside every document are not written).
@@ -19,15 +22,15 @@ import triton
 import triton.language as tl
 
 from ..masks import effective_window
+from .attn_fwd_gluon import attn_fwd_gluon_kernel, operand_descriptors
 from .configs import AttnTiles
-from .fp8 import interpreting, maybe_masked_load, mma, pow2, to_e4m3, to_output
-from .layout import T_ALIGN, check_operand, transposed_extent
+from .fp8 import interpreting, maybe_masked_load, mma, pow2, to_output
+from .fwd_math import finish_rows, program_geometry, scores_to_codes, visible_keys
+from .layout import check_operand, transposed_extent
 from .records import key_records, packed_key_factors
 from .worklist import program_tile, tile_list
 
 LOG2E = math.log2(math.e)
-LN2 = tl.constexpr(math.log(2.0))
-V_ALIGN = tl.constexpr(T_ALIGN)  # V^T: every document starts at a multiple of this many columns
 HEAD_DIMS = (64, 128)
 
 
@@ -56,20 +59,8 @@ def _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k, p_vt, p_krec, k_lo, b_fi
     b_kf, b_vf = packed_key_factors(p_krec, o_n, m_k, MASK)         # [BN] fp32 2^eK, 2^eV
 
     b_s = mma(b_q, tl.trans(b_k), tl.zeros([b_q.shape[0], BN], tl.float32), INTERPRET)  # [BM, BN]
-    b_x = (b_s * b_qf[:, None]) * b_kf[None, :]
-    if MASK:
-        m_vis = (o_n[None, :] >= b_first[:, None]) & (o_n[None, :] <= b_last[:, None])  # [BM, BN]
-        b_x = tl.where(m_vis, b_x, float("-inf"))
-
-    b_mx = tl.max(b_x, 1)                                           # [BM]
-    b_m_new = tl.where(b_mx > b_m + TAU, tl.ceil(b_mx), b_m)
-    # Rows that have seen no key keep m = -inf and acc = l = 0: subtracting 0 instead keeps
-    # NaN out of exp2 (their p is exp2(-inf) = 0 and alpha cannot change acc or l).
-    b_m_ref = tl.where(b_m_new == float("-inf"), 0.0, b_m_new)
-    b_alpha = tl.exp2(b_m - b_m_ref)                                # exact power of two
-    b_p = tl.exp2(b_x - b_m_ref[:, None])                           # [BM, BN]
-    b_l = b_l * b_alpha + tl.sum(b_p, 1)                            # before the V fold
-    b_pq = to_e4m3((b_p * b_vf[None, :]) * b_rf[:, None], INTERPRET)  # [BM, BN] fp8
+    b_pq, b_alpha, b_l, b_m_new = scores_to_codes(b_s, b_qf, b_kf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last,
+                                                  TAU, MASK, INTERPRET)
     # P^ V^ starts from zero and is added in fp32: Hopper's FP8 MMA accumulates with reduced
     # precision, which over a whole row of key tiles cost 0.4% of O against the emulator.
     b_tile_o = mma(b_pq, tl.trans(b_vt), tl.zeros_like(b_acc), INTERPRET)  # [BM, D]
@@ -87,24 +78,10 @@ def _attn_fwd_kernel(p_q, p_qe, p_k, p_vt, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt
     doc, tile = program_tile(p_work, width)  # longest documents, and their last tiles, first
     if doc < 0:
         return
-    h = tl.program_id(1)
-    hk = h // (heads_q // heads_kv)
-    q_start = tl.load(p_cu_q + doc)
-    len_q = tl.load(p_cu_q + doc + 1) - q_start
-    k_start = tl.load(p_cu_k + doc)
-    len_k = tl.load(p_cu_k + doc + 1) - k_start
-    i0 = tile * BM
-    # The document's first V^T column: aligned, so V^T tiles load as 16-byte vectors.
-    k_start_t = tl.multiple_of(tl.load(p_cu_kt + doc), V_ALIGN)
-    off = len_k - len_q
-    # Unbounded window sides become bounds no pair can reach, so one rule serves all masks.
-    wl = tl.where(window_left < 0, len_k, window_left)
-    wr = tl.where(window_right < 0, len_q + len_k, window_right)
-
+    h, hk, q_start, len_q, len_k, k_start, k_start_t, i0, off, wl, wr, t_lo, u_lo, u_hi, t_hi = program_geometry(
+        doc, tile, p_cu_q, p_cu_k, p_cu_kt, heads_q, heads_kv, window_left, window_right, BM, BN)
     o_m = i0 + tl.arange(0, BM)                                     # [BM] query positions
-    # Each row's visible keys [first, last] (NUMERICS.md 3); last < first: the row sees none.
-    b_first = o_m + off - wl
-    b_last = tl.minimum(o_m + off + wr, len_k - 1)
+    b_first, b_last = visible_keys(o_m, off, wl, wr, len_k)
     o_d = tl.arange(0, D)
     m_row = o_m < len_q
     o_row = q_start.to(tl.int64) + o_m                              # packed query rows
@@ -112,16 +89,6 @@ def _attn_fwd_kernel(p_q, p_qe, p_k, p_vt, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt
     b_qf = s2 * pow2(tl.load(p_qe + o_row * heads_q + h, mask=m_row, other=0).to(tl.int32))  # [BM]
     b_pv = tl.load(p_pv + o_row * heads_kv + hk, mask=m_row, other=0)  # [BM] int32
     b_rf = pow2(SIGMA - b_pv)
-
-    # Key tiles [t_lo, t_hi) meet some row's visible keys; tiles in [u_lo, u_hi) are visible
-    # to every row, the first (i0) and the last one stored (i1) bounding them.
-    i1 = tl.minimum(i0 + BM, len_q) - 1
-    end0 = tl.maximum(tl.minimum(i0 + off + wr + 1, len_k), 0)  # one past a row's last key
-    end1 = tl.maximum(tl.minimum(i1 + off + wr + 1, len_k), 0)
-    t_lo = tl.maximum(i0 + off - wl, 0) // BN
-    t_hi = tl.maximum(tl.cdiv(end1, BN), t_lo)
-    u_lo = tl.minimum(tl.maximum(tl.cdiv(tl.maximum(i1 + off - wl, 0), BN), t_lo), t_hi)
-    u_hi = tl.minimum(tl.maximum(end0 // BN, u_lo), t_hi)
 
     k_row = k_start.to(tl.int64)
     p_k_doc = p_k + (k_row * heads_kv + hk) * D
@@ -140,13 +107,7 @@ def _attn_fwd_kernel(p_q, p_qe, p_k, p_vt, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt
                                            heads_kv, tk_t,
                                            TAU, D, BN, run != 1, INTERPRET)
 
-    # Epilogue: ro = 2^(PV - sigma) / l, O = bf16(acc * ro), lse in natural log; rows that
-    # saw no key get O = 0, lse = m = +inf, ro = 0.
-    m_valid = b_m > float("-inf")
-    b_l = tl.where(m_valid, b_l, 1.0)
-    b_ro = tl.where(m_valid, tl.math.div_rn(pow2(b_pv - SIGMA), b_l), 0.0)
-    b_lse = tl.where(m_valid, (b_m + tl.log2(b_l)) * LN2, float("inf"))
-    b_m = tl.where(m_valid, b_m, float("inf"))
+    b_ro, b_lse, b_m = finish_rows(b_l, b_m, b_pv, SIGMA)
     b_o = to_output(b_acc * b_ro[:, None], tl.bfloat16, INTERPRET)
     tl.store(p_o + (o_row[:, None] * heads_q + h) * D + o_d[None, :], b_o, mask=m_row[:, None])
     o_stat = h.to(tl.int64) * total_q + o_row
@@ -156,15 +117,17 @@ def _attn_fwd_kernel(p_q, p_qe, p_k, p_vt, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt
 
 
 def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, cu_seqlens_q, cu_seqlens_k,
-                      cu_seqlens_k_t, *, causal: bool,
-                      window_size: tuple[int, int], softmax_scale: float, tau: int, sigma: int, tiles: AttnTiles):
+                      cu_seqlens_k_t, *, causal: bool, window_size: tuple[int, int], softmax_scale: float, tau: int,
+                      sigma: int, scale_block: int, tiles: AttnTiles):
     """The MXFP8 forward on quantized operands (NUMERICS.md 3).
 
     q_codes [Tq, Hq, D] float8_e4m3fn, q_exps [Tq, Hq] int8; k_codes [Tk, Hkv, D]
     float8_e4m3fn, k_exps [Tk, Hkv] int8; v_codes_t [Hkv, D, Tk_t] float8_e4m3fn (V^T, tokens
     contiguous in the layout of ``layout.py``, zero codes outside documents: Hopper's FP8
     wgmma needs K-major B, so P@V reads V^T), v_exps [Tk, Hkv] int8; pv [Tq, Hkv] int32
-    (``kernels.prefix.prefix_v_exponent``); cu_seqlens_q/k int32 [num_docs + 1];
+    (``kernels.prefix.prefix_v_exponent``); scale_block: the tokens that share an exponent
+    (32, or 1 for per-token exponents; K's blocks start at document starts);
+    cu_seqlens_q/k int32 [num_docs + 1];
     cu_seqlens_k_t int32 [num_docs + 1], V^T's document starts (``aligned_starts``, as the
     quantizer returns them). D is 64 or 128 and Hq a multiple of Hkv.
 
@@ -189,6 +152,8 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
             ("cu_seqlens_k_t", cu_seqlens_k_t, i32, (num_docs + 1,))):
         check_operand(name, x, dtype, shape)
     wl, wr = effective_window(causal, window_size)
+    if scale_block not in (1, 32):  # the Gluon kernel's key tiles are multiples of 32 (AttnTiles)
+        raise ValueError(f"scale_block: must be 1 or 32, got {scale_block}")
 
     dev = q_codes.device
     out = torch.empty((tq, hq, d), dtype=torch.bfloat16, device=dev)
@@ -197,10 +162,15 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
         return out, lse, m, ro
     key_rec = key_records(k_exps, v_exps)
     work = tile_list(cu_seqlens_q, tq, tiles.fwd_block_m, reverse=True)
-    _attn_fwd_kernel[(work.shape[1], hq)](
-        q_codes, q_exps, k_codes, v_codes_t, key_rec, pv, cu_seqlens_q, cu_seqlens_k,
-        cu_seqlens_k_t, work, work.shape[1], out, lse, m, ro,
-        tq, tk, tk_t, hq, hkv, softmax_scale * LOG2E, wl, wr,
-        TAU=tau, SIGMA=sigma, D=d, BM=tiles.fwd_block_m, BN=tiles.fwd_block_n,
-        INTERPRET=interpreting(), num_warps=tiles.fwd_warps, num_stages=tiles.fwd_stages)
+    grid = (work.shape[1], hq)
+    rest = (key_rec, pv, cu_seqlens_q, cu_seqlens_k, cu_seqlens_k_t, work, work.shape[1], out, lse, m, ro,
+            tq, tk, tk_t, hq, hkv, softmax_scale * LOG2E, wl, wr)
+    common = dict(TAU=tau, SIGMA=sigma, D=d, BM=tiles.fwd_block_m, BN=tiles.fwd_block_n, num_warps=tiles.fwd_warps)
+    if tiles.fwd_gluon and not interpreting():
+        q_desc, k_desc, vt_desc = operand_descriptors(q_codes, k_codes, v_codes_t, tiles.fwd_block_m, tiles.fwd_block_n)
+        attn_fwd_gluon_kernel[grid](q_desc, q_exps, k_desc, vt_desc, *rest, STAGES=tiles.fwd_stages,
+                                    SCALE_BLOCK=scale_block, **common)
+    else:
+        _attn_fwd_kernel[grid](q_codes, q_exps, k_codes, v_codes_t, *rest, INTERPRET=interpreting(),
+                               num_stages=tiles.fwd_stages, **common)
     return out, lse, m, ro

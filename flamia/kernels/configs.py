@@ -50,6 +50,10 @@ class AttnTiles:
     bwd_stages: int = 4
     dq_warps: int = 4
     dq_stages: int = 3
+    # The forward in Gluon (attn_fwd_gluon.py) on the GPU: one warpgroup on 64-row tiles, key
+    # tiles a multiple of 32 (its P^ V^ steps). The Triton kernel otherwise, and always under
+    # the interpreter; both give the same bits.
+    fwd_gluon: bool = True
     # dQ from the dK/dV kernel's tiles, added with fp32 atomics (5 MMAs per pair instead of
     # 7, no dQ kernel; dQ's summation order then varies from run to run). The dQ payload's
     # scale spans the key tile, hence dq_block_n == bwd_block_n. Off: slower on the same
@@ -60,6 +64,10 @@ class AttnTiles:
     dq_atomic: bool = False
 
     def __post_init__(self):
+        if self.fwd_gluon and (self.fwd_block_m, self.fwd_warps, self.fwd_block_n % 32) != (64, 4, 0):
+            raise ValueError(f"fwd_gluon: the Gluon forward runs 4 warps on 64-row tiles and key tiles a multiple "
+                             f"of 32, got fwd_block_m={self.fwd_block_m}, fwd_warps={self.fwd_warps}, "
+                             f"fwd_block_n={self.fwd_block_n}; set fwd_gluon=False for the Triton kernel")
         if self.dq_atomic and self.dq_block_n != self.bwd_block_n:
             raise ValueError(f"dq_atomic: the dQ payload's key step is the dK/dV key tile, so dq_block_n "
                              f"({self.dq_block_n}) must equal bwd_block_n ({self.bwd_block_n})")

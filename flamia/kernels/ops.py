@@ -39,7 +39,7 @@ class _TritonAttention(torch.autograd.Function):
         out, lse, m, ro = attention_forward(
             qq.codes, qq.exps, kq.codes, kq.exps, vq.codes_t, vq.exps, pv, spec.cu_seqlens_q, spec.cu_seqlens_k,
             vq.cu_seqlens_t, causal=spec.causal, window_size=spec.window_size,
-            softmax_scale=spec.softmax_scale, tau=recipe.tau, sigma=recipe.sigma, tiles=tiles)
+            softmax_scale=spec.softmax_scale, tau=recipe.tau, sigma=recipe.sigma, scale_block=block, tiles=tiles)
         ctx.spec, ctx.operands, ctx.rotate = spec, (qq, kq, vq), rotate
         ctx.save_for_backward(out, m, ro, pv)
         ctx.mark_non_differentiable(lse)
@@ -57,7 +57,8 @@ class _TritonAttention(torch.autograd.Function):
             go.do_codes, go.do_exps, go.dot_codes_t, go.dot_exps, go.delta, m, ro, pv,
             spec.cu_seqlens_q, spec.cu_seqlens_k, qq.cu_seqlens_t, kq.cu_seqlens_t,
             causal=spec.causal, window_size=spec.window_size, softmax_scale=spec.softmax_scale,
-            sigma=spec.recipe.sigma, tiles=tiles, rotate=ctx.rotate, out_dtype=dout.dtype)
+            sigma=spec.recipe.sigma, scale_block=spec.recipe.scale_block, tiles=tiles, rotate=ctx.rotate,
+            out_dtype=dout.dtype)
         return dq, dk, dv, None
 
 

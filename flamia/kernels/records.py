@@ -126,7 +126,34 @@ def packed_key_factors(p_krec, o_k, m_k, MASK: tl.constexpr):
     """(kf = 2^eK, vf = 2^eV) fp32 [N] of keys o_k from their records (``key_records``;
     p_krec at the document's first key of the head); MASK: mask the load with m_k (keys past
     it read 1, as eK = eV = 0)."""
-    rec = maybe_masked_load(p_krec + o_k.to(tl.int64), m_k, (127 << 23) | (127 << 15), MASK)  # [N] int32
+    return record_factors(maybe_masked_load(p_krec + o_k.to(tl.int64), m_k, (127 << 23) | (127 << 15), MASK))
+
+
+@triton.jit
+def block_key_records(p_krec, k_lo, o_j, n_k, BLOCK: tl.constexpr, N: tl.constexpr):
+    """[N] int32 ``key_records`` words of keys k_lo + o_j (o_j [N] = 0..N-1 in any order or
+    layout; k_lo and N multiples of BLOCK, the keys' scale block, blocks starting at the
+    document's first key), read once per block: every key of a block shares its exponents.
+    Keys past a document's end take its last block's word, or eK = eV = 0 past n_k; callers
+    mask those keys out. The compiler folds the per-key selection, so each thread holds
+    N / BLOCK words instead of one per key it holds: the Gluon forward keeps its wgmma
+    accumulators out of local memory, and prefetches the next tile's words in 4 registers.
+    BLOCK = 1 (per-token exponents) or N not a multiple of BLOCK reads a word per key.
+    ``record_factors`` decodes the words."""
+    if BLOCK == 1 or N % BLOCK != 0:  # per-token exponents, or steps within a block: a word per key
+        rec = tl.load(p_krec + k_lo + o_j, mask=k_lo + o_j < n_k, other=(127 << 23) | (127 << 15))
+    else:
+        rec = o_j * 0
+        for b in tl.static_range(N // BLOCK):
+            k = k_lo + b * BLOCK
+            word = tl.load(p_krec + k, mask=k < n_k, other=(127 << 23) | (127 << 15))  # the block's record
+            rec = tl.where(o_j // BLOCK == b, word, rec)
+    return rec
+
+
+@triton.jit
+def record_factors(rec):
+    """(kf = 2^eK, vf = 2^eV) fp32 of ``key_records`` words rec."""
     return _field_pow2(rec, 0), _field_pow2(rec, 8)
 
 
