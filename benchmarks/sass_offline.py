@@ -38,7 +38,7 @@ def capture(workload: str) -> list[dict]:
     from triton.runtime.jit import mangle_type
 
     from flamia.bench.workloads import WORKLOADS, make_case
-    from flamia.kernels import attn_fwd, quantize
+    from flamia.kernels import attn_bwd, attn_fwd, quantize
     from flamia.kernels.ops import triton_attention
 
     launches = []
@@ -65,7 +65,7 @@ def capture(workload: str) -> list[dict]:
     InterpretedFunction.run = record
     # The GPU's Gluon launches (Gluon has no interpreter): take the launchers' GPU branches.
     GluonJITFunction.run = record
-    quantize.interpreting = attn_fwd.interpreting = lambda: False
+    quantize.interpreting = attn_fwd.interpreting = attn_bwd.interpreting = lambda: False
     i = make_case(WORKLOADS[workload], "cpu").inputs
     q, k, v = (x.detach().clone().requires_grad_() for x in (i.q, i.k, i.v))
     out = triton_attention(q, k, v, i.cu_seqlens, i.cu_seqlens, i.max_seqlen, i.max_seqlen, causal=True)

@@ -25,8 +25,8 @@ GRAD_TOL = 16 * U
 
 
 def tiles(bwd_m: int, bwd_n: int, dq_m: int, dq_n: int, dq_atomic: bool = False) -> AttnTiles:
-    return AttnTiles(fwd_block_m=32, fwd_block_n=32, fwd_gluon=False, bwd_block_m=bwd_m, bwd_block_n=bwd_n, dq_block_m=dq_m,
-                     dq_block_n=dq_n, dq_atomic=dq_atomic)
+    return AttnTiles(fwd_block_m=32, fwd_block_n=32, fwd_gluon=False, dq_gluon=False, bwd_block_m=bwd_m,
+                     bwd_block_n=bwd_n, dq_block_m=dq_m, dq_block_n=dq_n, dq_atomic=dq_atomic)
 
 
 def cu_seqlens(lengths) -> torch.Tensor:
@@ -195,6 +195,34 @@ def test_backward_matches_emulator_gpu(tile_cfg):
         assert torch.equal(again[1], raw[1]) and torch.equal(again[2], raw[2]), f"{what}: dK or dV differ"
         dq_err = ((again[0] - raw[0]).norm() / raw[0].norm()).item()
         assert dq_err <= (1e-6 if tile_cfg.dq_atomic else 0.0), f"{what}: dQ differs ({dq_err:.3g})"
+
+
+# Bitwise checks of the Gluon dQ kernel: its shipped tiles (64-row tiles, 64-key steps) on
+# the CASES geometries, longer documents for several steps and a wrapping copy ring, rotation
+# on (D=128) and off (D=64), per-token exponents.
+GLUON_DQ_CASES = {**{name: (*case[:6], "mxfp8") for name, case in CASES.items()},
+                  "long-causal-gqa": ((700, 1, 300, 129), None, (4, 2), 128, True, (-1, -1), "mxfp8"),
+                  "long-window": ((700, 300), None, (2, 1), 64, False, (200, 70), "mxfp8"),
+                  "long-per-token": ((700, 300), None, (2, 2), 128, True, (-1, -1), "mxfp8-exact")}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name", list(GLUON_DQ_CASES))
+def test_gluon_dq_equals_triton(name):
+    """The Gluon dQ kernel (attn_dq_gluon.py) and the Triton one on the same operands and
+    tiles: dQ equal bit for bit."""
+    lens_q, lens_k, (hq, hkv), d, causal, window, recipe = GLUON_DQ_CASES[name]
+    lens_k = lens_k or lens_q
+    g = torch.Generator().manual_seed(len(name))
+    q, do = (torch.randn(sum(lens_q), hq, d, generator=g).to(DEVICE, torch.bfloat16) for _ in range(2))
+    k, v = (torch.randn(sum(lens_k), hkv, d, generator=g).to(DEVICE, torch.bfloat16) for _ in range(2))
+    fwd = emulate_forward(q, k, v, cu_seqlens(lens_q), cu_seqlens(lens_k), max(lens_q), max(lens_k), causal=causal,
+                          softmax_scale=d**-0.5, window_size=window, recipe=recipe, tiles=AttnTiles())
+    args, kwargs = kernel_inputs(fwd, do)
+    got = attention_backward(*args, **kwargs)[0]
+    want = attention_backward(*args, **{**kwargs, "tiles": replace(AttnTiles(), dq_gluon=False)})[0]
+    assert torch.equal(got, want), f"dQ: {(got != want).sum().item()} of {got.numel()} differ"
 
 
 def test_folded_payload_gives_the_contract_codes():

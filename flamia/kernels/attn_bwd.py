@@ -27,17 +27,17 @@ from ..formats.hadamard import HADAMARD_DIMS
 from ..masks import effective_window
 from ..validation import INPUT_DTYPES
 from .configs import SUPPORTED_HEAD_DIMS, AttnTiles
-from .fp8 import (E4M3_EQ, E4M3_MQ, e4m3_grid, interpreting, maybe_masked_load, mma, pow2, scale_exponent, to_e4m3,
-                  to_output)
+from .attn_dq_gluon import dq_descriptors, dq_gluon_kernel
+from .bwd_math import (doc_bounds, grad_scores, masked_step, query_factors, reciprocal_pow2, row_scaled_codes,
+                       step_range, store_dq)
+from .fp8 import interpreting, maybe_masked_load, mma, pow2, to_output
 from .hadamard import rotate
-from .layout import T_ALIGN as _T_ALIGN
 from .layout import check_operand, transposed_extent
 from .records import (block_key_records, key_factor_records, key_factors, key_records, query_fields, query_records,
                       record_factors)
 from .worklist import program_tile, tile_list
 
 LOG2E = math.log2(math.e)
-T_ALIGN = tl.constexpr(_T_ALIGN)  # the transposed codes' documents start at multiples of this column
 
 
 @triton.jit
@@ -59,119 +59,21 @@ def _load_cols(p, o_t, span, stride, D: tl.constexpr, MASK: tl.constexpr):
 
 
 @triton.jit
-def _query_factors(p_rec, o_i, m_i, MASK: tl.constexpr):
-    """Per-query vectors [N] fp32 of rows o_i from their records (``records.query_fields``):
-    (qg = 2^eQ, (m, rf = 2^(sigma - PV), rq = ro 2^(edO + eQ), deltad = delta / 2^edO)), the
-    second part as ``_grad_scores`` takes it. Rows past the document's end get m = +inf and rq = 0,
-    so their P and G vanish."""
-    m, rq, deltad, qg, rf = query_fields(p_rec, o_i, m_i, MASK)
-    return qg, (m, rf, rq, deltad)
-
-
-@triton.jit
 def _key_factors(p_kfr, o_k, m_k, MASK: tl.constexpr):
     """Per-key vectors [N] fp32 of keys o_k (``records.key_factors``; p_kfr at the document's
     first key and the KV head): (kf = 2^eK, vf = 2^eV, vinv = 2^-eV)."""
     kf, vf = key_factors(p_kfr, o_k, m_k, MASK)
-    return kf, vf, _reciprocal_pow2(vf)
-
-
-@triton.jit
-def _reciprocal_pow2(x):
-    """Exact 1 / x of an fp32 power of two 2^e, e in [-126, 127], on its bits:
-    (127 - e) << 23 = (254 << 23) - ((127 + e) << 23)."""
-    return (0x7F000000 - x.to(tl.int32, bitcast=True)).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _visible(o_i, o_k, geo):
-    """Query o_i sees key o_k (broadcast positions in the document); geo = (Lq, Lk, wl, wr)
-    with unbounded window sides already replaced by a large bound (masks.py semantics)."""
-    len_q, len_k, wl, wr = geo
-    off = len_k - len_q
-    return (o_i < len_q) & (o_k < len_k) & (o_k <= o_i + off + wr) & (o_k >= o_i + off - wl)
-
-
-@triton.jit
-def _grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.constexpr, MASK: tl.constexpr,
-                 INTERPRET: tl.constexpr):
-    """P codes and the gradient payload of one tile, NUMERICS.md 4 steps 1-6.
-
-    The tile is [queries, keys] (Q_AXIS = 0, the dQ loop) or [keys, queries] (Q_AXIS = 1,
-    the dK/dV loop); every product is elementwise, so one body serves both orientations.
-    b_s: Q^.K^ and b_dp: dO^.V^ code products (fp32, tile shape). The scores' factors come as
-    the program's own tokens' row_x = s2 2^e [rows] and the step's col_x = 2^e [cols]:
-    x = (S row_x) col_x is the contract's (S qf) kf bit for bit, since the power of two
-    applied second is exact either way (and the subtraction of m, fused or not, sees the same
-    x). qry = (m, rf, rq, deltad) of ``_query_factors`` and vf = 2^eV, each [N]; o_i, o_k:
-    query and key positions [N] in the document; geo: ``_visible``'s.
-    Returns (P^ float8e4nv, W fp32), tile shape, where W = fp32(fp32(Pd 2^(eV + eQ)) (dP - D)):
-    the payload G = W 2^(eK - eV) without the key's power-of-two factors, which scale it
-    exactly (W is dS 2^(eV + eQ): NUMERICS.md 4's dS rounded at the same places). W^T is the
-    dK payload as it stands (the key's factors are constant along its row: the epilogue's);
-    the dQ payload applies them per column. W is 0 where the pair is not visible."""
-    K_AXIS: tl.constexpr = 1 - Q_AXIS
-    m, rf, rq, deltad = qry
-    vf = tl.expand_dims(vf, Q_AXIS)
-    b_x = (b_s * row_x[:, None]) * col_x[None, :]
-    if MASK:
-        m_vis = _visible(tl.expand_dims(o_i, K_AXIS), tl.expand_dims(o_k, Q_AXIS), geo)
-        b_x = tl.where(m_vis, b_x, float("-inf"))
-    b_p = tl.math.exp2(b_x - tl.expand_dims(m, K_AXIS))
-    # Pd comes from the fp32 value on the E4M3 grid, not from converting the fp8 codes back:
-    # on the H200 (Triton 3.6) an fp8 tensor that also feeds a wgmma as its A operand
-    # converted to fp32 as garbage (dK was NaN and changed from run to run).
-    b_pcf = e4m3_grid((b_p * vf) * tl.expand_dims(rf, K_AXIS), INTERPRET)
-    b_pc = b_pcf.to(tl.float8e4nv)
-    # ((P^ ro)((dP 2^edO) vf - D)) 2^eQ with 2^edO and 2^eQ moved onto ro and D (records.query_records)
-    return b_pc, (b_pcf * tl.expand_dims(rq, K_AXIS)) * (b_dp * vf - tl.expand_dims(deltad, K_AXIS))
+    return kf, vf, reciprocal_pow2(vf)
 
 
 @triton.jit
 def _row_scaled_mma(b_g, b_op, INTERPRET: tl.constexpr):
-    """(e4m3(G 2^-e) @ op) 2^e with one exponent per row of G, e = scale_exponent(rowmax |G|):
-    the dQ payload (rows = queries) and the dK payload (rows = keys). b_g: [R, C] fp32,
-    b_op: [C, D] fp8 -> [R, D] fp32."""
-    e = scale_exponent(tl.max(tl.abs(b_g), axis=1), E4M3_EQ, E4M3_MQ)  # [R]
-    b_gc = to_e4m3(b_g * pow2(-e)[:, None], INTERPRET)
+    """(e4m3(G 2^-e) @ op) 2^e with one exponent per row of G (``row_scaled_codes``): the dQ
+    payload (rows = queries) and the dK payload (rows = keys). b_g: [R, C] fp32, b_op: [C, D]
+    fp8 -> [R, D] fp32."""
+    b_gc, b_f = row_scaled_codes(b_g, INTERPRET)
     b_zero = tl.zeros([b_g.shape[0], b_op.shape[1]], dtype=tl.float32)
-    return mma(b_gc, b_op, b_zero, INTERPRET) * pow2(e)[:, None]
-
-
-@triton.jit
-def _step_range(u0, len_u, len_v, c, w_lo, w_hi, BU: tl.constexpr, BV: tl.constexpr):
-    """Steps of BV positions (counted from the document start) along v that meet the tile
-    [u0, u0 + BU) along u (u0 < len_u), where u sees v iff u + c - w_lo <= v <= u + c + w_hi
-    and 0 <= v < len_v. Returns step indices (lo, hi, full_lo, full_hi): steps lo <= j < hi
-    meet the tile; in [full_lo, full_hi) every pair is visible and both the tile and the step
-    lie inside the document, so unmasked loads and math never touch positions past its end."""
-    v_min = tl.maximum(u0 + c - w_lo, 0)
-    v_end = tl.minimum(tl.minimum(u0 + BU, len_u) + c + w_hi, len_v)
-    lo = v_min // BV
-    hi = tl.where(v_end > v_min, tl.cdiv(v_end, BV), lo)
-    full_lo = tl.minimum(tl.maximum(tl.cdiv(tl.maximum(u0 + BU - 1 + c - w_lo, 0), BV), lo), hi)
-    # full steps also end before the first pair out of sight: v0 + BV - 1 <= u0 + c + w_hi
-    full_end = tl.minimum(u0 + c + w_hi + 1, len_v)
-    full_hi = tl.minimum(tl.maximum(tl.maximum(full_end, 0) // BV, full_lo), hi)
-    full_hi = tl.where(u0 + BU <= len_u, full_hi, full_lo)
-    return lo, hi, full_lo, full_hi
-
-
-@triton.jit
-def _masked_step(t, lo, full_lo, full_hi):
-    """The t-th step that needs the mask: [lo, full_lo) then [full_hi, hi)."""
-    return tl.where(t < full_lo - lo, lo + t, full_hi + (t - (full_lo - lo)))
-
-
-@triton.jit
-def _doc_bounds(p_cu, p_cu_t, doc):
-    """(first row int64, length int32, first transposed column int64, span int32) of document
-    doc on one side (queries or keys): the column is a multiple of T_ALIGN (``layout.py``),
-    and the span, the length rounded up to T_ALIGN, bounds the document's columns."""
-    start = tl.load(p_cu + doc)
-    length = tl.load(p_cu + doc + 1) - start
-    start_t = tl.multiple_of(tl.load(p_cu_t + doc), T_ALIGN)
-    return start.to(tl.int64), length, start_t.to(tl.int64), tl.cdiv(length, T_ALIGN) * T_ALIGN
+    return mma(b_gc, b_op, b_zero, INTERPRET) * b_f[:, None]
 
 
 @triton.jit
@@ -184,10 +86,9 @@ def _dq_atomic_add(p_dqa, b_gt, b_kt, qinv, o_i, m_i, heads_q, D: tl.constexpr, 
     [BM] 2^-eQ, left out of the sum as the dQ kernel's epilogue leaves it (``_dq_kernel``);
     p_dqa: fp32 [Tq, Hq, D] at the document's first row and the query head."""
     b_g = tl.trans(b_gt)  # [BM, BN]
-    e = scale_exponent(tl.max(tl.abs(b_g), axis=1), E4M3_EQ, E4M3_MQ)  # [BM]
-    b_gc = to_e4m3(b_g * pow2(-e)[:, None], INTERPRET)  # [BM, BN]
+    b_gc, b_f = row_scaled_codes(b_g, INTERPRET)  # [BM, BN], [BM]
     b_zero = tl.zeros([D, b_g.shape[0]], dtype=tl.float32)
-    b_dqt = mma(b_kt, tl.trans(b_gc), b_zero, INTERPRET) * (pow2(e) * qinv)[None, :]  # [D, BM]
+    b_dqt = mma(b_kt, tl.trans(b_gc), b_zero, INTERPRET) * (b_f * qinv)[None, :]  # [D, BM]
     o_dq = o_i.to(tl.int64)[None, :] * (heads_q * D) + tl.arange(0, D)[:, None]  # [D, BM]
     tl.atomic_add(p_dqa + o_dq, b_dqt, mask=m_i[None, :], sem="relaxed")
 
@@ -197,13 +98,13 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_r
                heads_q, tq_t, D: tl.constexpr, BM: tl.constexpr,
                MASK: tl.constexpr, DQ_ATOMIC: tl.constexpr, INTERPRET: tl.constexpr):
     """One query step [i0, i0 + BM) of a key tile: adds its dK payload (without its keys'
-    2^(eK - eV): W^T of ``_grad_scores``) and its dV payload to acc_dk, acc_dv [BN, D], and with
+    2^(eK - eV): W^T of ``grad_scores``) and its dV payload to acc_dk, acc_dv [BN, D], and with
     DQ_ATOMIC its dQ payload to p_dqa (``_dq_atomic_add``; b_kt [D, BN] K^T codes). b_k,
     b_v: [BN, D] codes; key: (s2 kf, kf, vf, vinv) [BN], ``_key_factors`` and the scores'
     row factor; o_k: [BN] key
     positions; p_rows = (Q^, dO^) row-major and p_cols = (Q^T, dOt^T) transposed (row stride
-    tq_t), p_rec as ``_query_factors``, p_dote (dot_exps) and p_dqa: all at the document's
-    first row (column) and the head; span_q: the document's transposed span (``_doc_bounds``)."""
+    tq_t), p_rec as ``query_factors``, p_dote (dot_exps) and p_dqa: all at the document's
+    first row (column) and the head; span_q: the document's transposed span (``doc_bounds``)."""
     p_q, p_do = p_rows
     p_qt, p_dott = p_cols
     o_i = i0 + tl.arange(0, BM)  # [BM] query positions
@@ -212,19 +113,19 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_r
     b_do = _load_rows(p_do, o_i, m_i, heads_q * D, D, MASK)  # [BM, D]
     b_qt = _load_cols(p_qt, o_i, span_q, tq_t, D, MASK)  # [D, BM]
     b_dott = _load_cols(p_dott, o_i, span_q, tq_t, D, MASK)  # [D, BM]
-    qg, qry = _query_factors(p_rec, o_i, m_i, MASK)
+    qg, qry = query_factors(query_fields(p_rec, o_i, m_i, MASK))
     # dOt^ has one exponent per query step: read it at the step's first row (inside the document).
     e_dot = tl.load(p_dote + tl.cast(i0, tl.int64) * heads_q).to(tl.int32)
     b_zero = tl.zeros([b_k.shape[0], BM], dtype=tl.float32)
     b_st = mma(b_k, tl.trans(b_q), b_zero, INTERPRET)  # [BN, BM] S^T
     b_dpt = mma(b_v, tl.trans(b_do), b_zero, INTERPRET)  # [BN, BM] dP^T before its factors
-    b_pct, b_wt = _grad_scores(b_st, b_dpt, key[0], qg, qry, key[2], o_i, o_k, geo, 1, MASK, INTERPRET)
+    b_pct, b_wt = grad_scores(b_st, b_dpt, key[0], qg, qry, key[2], o_i, o_k, geo, 1, MASK, INTERPRET)
     b_dv = mma(b_pct, tl.trans(b_dott), tl.zeros_like(acc_dv), INTERPRET)  # [BN, D]
     acc_dv += b_dv * pow2(e_dot)
     # dK's payload rows are keys: 2^eK and 2^-eV are constant along a row, the epilogue's.
     acc_dk += _row_scaled_mma(b_wt, tl.trans(b_qt), INTERPRET)  # W^T is G^T 2^(eV - eK)
     if DQ_ATOMIC:  # dQ's payload G, whose query's 2^eQ the atomic sum leaves out
-        _dq_atomic_add(p_dqa, b_wt * (key[1] * key[3])[:, None], b_kt, _reciprocal_pow2(qg), o_i, m_i, heads_q, D,
+        _dq_atomic_add(p_dqa, b_wt * (key[1] * key[3])[:, None], b_kt, reciprocal_pow2(qg), o_i, m_i, heads_q, D,
                        INTERPRET)
     return acc_dk, acc_dv
 
@@ -246,8 +147,8 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_kfr, 
         return
     h_k = tl.program_id(1).to(tl.int64)
     heads_kv = heads_q // GROUP
-    q_start, len_q, q_start_t, span_q = _doc_bounds(p_cu_q, p_cu_qt, doc)
-    k_start, len_k, k_start_t, span_k = _doc_bounds(p_cu_k, p_cu_kt, doc)
+    q_start, len_q, q_start_t, span_q = doc_bounds(p_cu_q, p_cu_qt, doc)
+    k_start, len_k, k_start_t, span_k = doc_bounds(p_cu_k, p_cu_kt, doc)
     k0 = tile * BN
     geo = (len_q, len_k, wl, wr)
     o_k = k0 + tl.arange(0, BN)  # [BN] key positions
@@ -261,7 +162,7 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_kfr, 
     if DQ_ATOMIC:
         b_kt = _load_cols(p_kt + h_k * D * tk_t + k_start_t, o_k, span_k, tk_t, D, True)  # [D, BN]
     # Key k is seen by the queries i with k - off - wr <= i <= k - off + wl.
-    lo, hi, full_lo, full_hi = _step_range(k0, len_k, len_q, len_q - len_k, wr, wl, BN, BM)
+    lo, hi, full_lo, full_hi = step_range(k0, len_k, len_q, len_q - len_k, wr, wl, BN, BM)
     acc_dk = tl.zeros([BN, D], dtype=tl.float32)
     acc_dv = tl.zeros([BN, D], dtype=tl.float32)
     for g in range(GROUP):
@@ -278,7 +179,7 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_kfr, 
                                         p_dote + o_qe, p_dqa_h, geo, span_q, heads_q, tq_t, D, BM,
                                         False, DQ_ATOMIC, INTERPRET)
         for t in range(0, (full_lo - lo) + (hi - full_hi)):
-            i0 = _masked_step(t, lo, full_lo, full_hi) * BM
+            i0 = masked_step(t, lo, full_lo, full_hi) * BM
             acc_dk, acc_dv = _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_rec_h,
                                         p_dote + o_qe, p_dqa_h, geo, span_q, heads_q, tq_t, D, BM,
                                         True, DQ_ATOMIC, INTERPRET)
@@ -293,7 +194,7 @@ def _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt, p_krec, n_k, geo, s
              D: tl.constexpr, BN: tl.constexpr, SCALE_BLOCK: tl.constexpr, MASK: tl.constexpr,
              INTERPRET: tl.constexpr):
     """One key step [k0, k0 + BN) of a query tile: acc [BM, D] += its dQ payload. b_q, b_do:
-    [BM, D] codes; qx: the scores' row factor s2 2^eQ and qry: ``_query_factors``'s second
+    [BM, D] codes; qx: the scores' row factor s2 2^eQ and qry: ``query_factors``'s second
     part, [BM]; o_i: [BM] query positions; p_rows = (K^, V^)
     row-major, p_kt K^T transposed (row stride tk_t) and p_krec (``key_records``, read once per
     scale block of SCALE_BLOCK keys, ``block_key_records``; n_k: the keys it holds from there):
@@ -307,11 +208,11 @@ def _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt, p_krec, n_k, geo, s
     b_kt = _load_cols(p_kt, o_k, span_k, tk_t, D, MASK)  # [D, BN]
     # Keys past the document (masked steps only) take a neighbour's factors: their P and G are 0.
     kf, vf = record_factors(block_key_records(p_krec, k0, tl.arange(0, BN), n_k, SCALE_BLOCK, BN))
-    vinv = _reciprocal_pow2(vf)
+    vinv = reciprocal_pow2(vf)
     b_zero = tl.zeros([b_q.shape[0], BN], dtype=tl.float32)
     b_s = mma(b_q, tl.trans(b_k), b_zero, INTERPRET)  # [BM, BN] S
     b_dp = mma(b_do, tl.trans(b_v), b_zero, INTERPRET)  # [BM, BN] dP before its factors
-    _, b_w = _grad_scores(b_s, b_dp, qx, kf, qry, vf, o_i, o_k, geo, 0, MASK, INTERPRET)
+    _, b_w = grad_scores(b_s, b_dp, qx, kf, qry, vf, o_i, o_k, geo, 0, MASK, INTERPRET)
     return acc + _row_scaled_mma(b_w * (kf * vinv)[None, :], tl.trans(b_kt), INTERPRET)  # [BM, BN] payload G
 
 
@@ -330,8 +231,8 @@ def _dq_kernel(p_q, p_k, p_kt, p_v, p_do, p_rec, p_krec, p_cu_q, p_cu_k, p_cu_qt
     h_q = tl.program_id(1).to(tl.int64)
     heads_kv = heads_q // GROUP
     h_k = h_q // GROUP
-    q_start, len_q, _, _ = _doc_bounds(p_cu_q, p_cu_qt, doc)
-    k_start, len_k, k_start_t, span_k = _doc_bounds(p_cu_k, p_cu_kt, doc)
+    q_start, len_q, _, _ = doc_bounds(p_cu_q, p_cu_qt, doc)
+    k_start, len_k, k_start_t, span_k = doc_bounds(p_cu_k, p_cu_kt, doc)
     i0 = tile * BM
     geo = (len_q, len_k, wl, wr)
     o_i = i0 + tl.arange(0, BM)  # [BM] query positions
@@ -339,36 +240,25 @@ def _dq_kernel(p_q, p_k, p_kt, p_v, p_do, p_rec, p_krec, p_cu_q, p_cu_k, p_cu_qt
     o_qd = (q_start * heads_q + h_q) * D
     b_q = _load_rows(p_q + o_qd, o_i, m_i, heads_q * D, D, True)  # [BM, D]
     b_do = _load_rows(p_do + o_qd, o_i, m_i, heads_q * D, D, True)  # [BM, D]
-    qg, qry = _query_factors(p_rec + (h_q * total_q + q_start) * 4, o_i, m_i, True)
+    qg, qry = query_factors(query_fields(p_rec + (h_q * total_q + q_start) * 4, o_i, m_i, True))
     qx = s2 * qg  # s2 rides on the query's factor, fixed for the whole tile
     o_kv = (k_start * heads_kv + h_k) * D
     p_rows = (p_k + o_kv, p_v + o_kv)
     p_kt_doc = p_kt + h_k * D * tk_t + k_start_t
     p_krec_doc = p_krec + h_k * total_k + k_start
     # Query i sees the keys k with i + off - wl <= k <= i + off + wr.
-    lo, hi, full_lo, full_hi = _step_range(i0, len_q, len_k, len_k - len_q, wl, wr, BM, BN)
+    lo, hi, full_lo, full_hi = step_range(i0, len_q, len_k, len_k - len_q, wl, wr, BM, BN)
     acc = tl.zeros([BM, D], dtype=tl.float32)
     for j in range(full_lo, full_hi):
         acc = _dq_step(acc, b_q, b_do, qx, qry, o_i, j * BN, p_rows, p_kt_doc, p_krec_doc, total_k - k_start, geo,
                        span_k, heads_kv, tk_t, D, BN, SCALE_BLOCK, False, INTERPRET)
     for t in range(0, (full_lo - lo) + (hi - full_hi)):
-        k0 = _masked_step(t, lo, full_lo, full_hi) * BN
+        k0 = masked_step(t, lo, full_lo, full_hi) * BN
         acc = _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt_doc, p_krec_doc, total_k - k_start, geo,
                        span_k, heads_kv, tk_t, D, BN, SCALE_BLOCK, True, INTERPRET)
     # 2^-eQ of dQ's code scale, exact before the softmax scale's one rounding (NUMERICS.md 4)
-    acc = acc * _reciprocal_pow2(qg)[:, None]
-    _store_dq(p_dq, acc, q_start + o_i, m_i, h_q, heads_q, scale, inv_sqrt_d, D, ROTATE_STAGES, INTERPRET)
-
-
-@triton.jit
-def _store_dq(p_dq, acc, rows, m_r, h_q, heads_q, scale, inv_sqrt_d, D: tl.constexpr,
-              ROTATE_STAGES: tl.constexpr, INTERPRET: tl.constexpr):
-    """dQ of packed rows ``rows`` [BM] (int64, masked by m_r) of query head h_q from its fp32
-    sum of payloads acc [BM, D], already times 2^-eQ: times the softmax scale, rotated back
-    when ROTATE_STAGES > 0, stored in p_dq's dtype ([Tq, Hq, D])."""
-    o_out = (rows * heads_q + h_q)[:, None] * D + tl.arange(0, D)[None, :]  # [BM, D]
-    b_dq = rotate(acc * scale, inv_sqrt_d, ROTATE_STAGES)  # [BM, D]
-    tl.store(p_dq + o_out, to_output(b_dq, p_dq.dtype.element_ty, INTERPRET), mask=m_r[:, None])
+    acc = acc * reciprocal_pow2(qg)[:, None]
+    store_dq(p_dq, acc, q_start + o_i, tl.arange(0, D), m_i, h_q, heads_q, scale, inv_sqrt_d, ROTATE_STAGES, INTERPRET)
 
 
 @triton.jit
@@ -381,7 +271,7 @@ def _dq_finish_kernel(p_dqa, p_dq, scale, inv_sqrt_d, total_q, heads_q, D: tl.co
     m_r = rows < total_q
     o_acc = (rows * heads_q + h_q)[:, None] * D + tl.arange(0, D)[None, :]  # [BM, D]
     acc = tl.load(p_dqa + o_acc, mask=m_r[:, None], other=0.0)
-    _store_dq(p_dq, acc, rows, m_r, h_q, heads_q, scale, inv_sqrt_d, D, ROTATE_STAGES, INTERPRET)
+    store_dq(p_dq, acc, rows, tl.arange(0, D), m_r, h_q, heads_q, scale, inv_sqrt_d, ROTATE_STAGES, INTERPRET)
 
 
 def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v_codes, v_exps, do_codes, do_exps,
@@ -466,10 +356,17 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
         _dq_finish_kernel[grid](dq_sums, dq, BM=tiles.dq_block_m, **epilogue)
         return dq, dk, dv
     work = tile_list(cu_seqlens_q, tq, tiles.dq_block_m, reverse=True)
-    _dq_kernel[(work.shape[1], hq)](q_codes, k_codes, k_codes_t, v_codes, do_codes, records,
-                                    key_records(k_exps, v_exps),
+    key_rec = key_records(k_exps, v_exps)
+    if tiles.dq_gluon and not interpreting():
+        descs = dq_descriptors(q_codes, do_codes, k_codes, v_codes, k_codes_t, tiles.dq_block_m, tiles.dq_block_n)
+        dq_args = {k: v for k, v in args.items() if k != "INTERPRET"}
+        dq_gluon_kernel[(work.shape[1], hq)](*descs, records, key_rec, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t,
+                                             cu_seqlens_k_t, work, work.shape[1], dq, BM=tiles.dq_block_m,
+                                             BN=tiles.dq_block_n, SCALE_BLOCK=scale_block, STAGES=tiles.dq_stages,
+                                             num_warps=tiles.dq_warps, **dq_args)
+        return dq, dk, dv
+    _dq_kernel[(work.shape[1], hq)](q_codes, k_codes, k_codes_t, v_codes, do_codes, records, key_rec,
                                     cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, work, work.shape[1],
                                     dq, tk_t=tk_t, BM=tiles.dq_block_m, BN=tiles.dq_block_n, SCALE_BLOCK=scale_block,
-                                    num_warps=tiles.dq_warps,
-                                    num_stages=tiles.dq_stages, **args)
+                                    num_warps=tiles.dq_warps, num_stages=tiles.dq_stages, **args)
     return dq, dk, dv

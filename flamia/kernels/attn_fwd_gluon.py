@@ -18,19 +18,14 @@ emulator. The layouts name one warpgroup (4 warps, 64 query rows) per program.
 """
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
 from .fp8 import pow2, to_output
 from .fwd_math import finish_rows, program_geometry, scores_to_codes, visible_keys
+from .gluon_tma import WARPS, fp8_descriptors, tma_load
 from .records import block_key_records, record_factors
 from .worklist import program_tile
-
-# Triton 3.6 (the H200's) names the TMA load async_copy_global_to_shared; later versions
-# (3.9 here, for the offline SASS test) call it async_load.
-_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
-WARPS = gl.constexpr(4)  # one warpgroup, 16 rows per warp: AttnTiles checks BM = 64
 
 
 @gluon.jit
@@ -41,8 +36,8 @@ def _copy_keys(k_desc, vt_desc, k_s, v_s, bars, slot, k_row, k_col, vt_row, vt_c
     finite codes, whose P is zero (as in the Triton kernel's masked tiles)."""
     bar = bars.index(slot)
     mbarrier.expect(bar, k_desc.block_type.nbytes + vt_desc.block_type.nbytes)
-    _tma_load(k_desc, [k_row, k_col], bar, k_s.index(slot))
-    _tma_load(vt_desc, [vt_row, vt_col], bar, v_s.index(slot))
+    tma_load(k_desc, [k_row, k_col], bar, k_s.index(slot))
+    tma_load(vt_desc, [vt_row, vt_col], bar, v_s.index(slot))
 
 
 @gluon.jit
@@ -89,7 +84,7 @@ def attn_fwd_gluon_kernel(q_desc, p_qe, k_desc, vt_desc, p_krec, p_pv, p_cu_q, p
     # stored. Tiles past t_hi are copied too and never read, so the loop needs no bounds on
     # its copies; the last STAGES - 2 of them are waited for before the program ends.
     mbarrier.expect(bars.index(STAGES), q_desc.block_type.nbytes)
-    _tma_load(q_desc, [q_start + i0, h * D], bars.index(STAGES), q_s)
+    tma_load(q_desc, [q_start + i0, h * D], bars.index(STAGES), q_s)
     for i in gl.static_range(STAGES - 1):
         _copy_keys(k_desc, vt_desc, k_s, v_s, bars, i, k_start + (t_lo + i) * BN, hk * D, hk * D,
                    k_start_t + (t_lo + i) * BN)
@@ -147,13 +142,10 @@ def attn_fwd_gluon_kernel(q_desc, p_qe, k_desc, vt_desc, p_krec, p_pv, p_cu_q, p
 
 
 def operand_descriptors(q_codes, k_codes, v_codes_t, block_m: int, block_n: int):
-    """Host TMA descriptors of the forward's FP8 operands, in the 2-D views and blocks that
+    """Host TMA descriptors of the forward's operands in the 2-D views and blocks that
     ``attn_fwd_gluon_kernel`` reads: Q^ [Tq, Hq D] by [BM, D], K^ [Tk, Hkv D] by [BN, D],
-    V^T [Hkv D, Tk_t] by [D, BN], each with the NVMMA shared layout its wgmma operand needs.
-    q_codes [Tq, Hq, D], k_codes [Tk, Hkv, D], v_codes_t [Hkv, D, Tk_t]: contiguous
-    float8_e4m3fn."""
+    V^T [Hkv D, Tk_t] by [D, BN]. q_codes [Tq, Hq, D], k_codes [Tk, Hkv, D], v_codes_t
+    [Hkv, D, Tk_t]: contiguous float8_e4m3fn."""
     d = q_codes.shape[-1]
-    views = ((q_codes.flatten(1), [block_m, d]), (k_codes.flatten(1), [block_n, d]),
-             (v_codes_t.flatten(0, 1), [d, block_n]))
-    return tuple(TensorDescriptor.from_tensor(x, block, gl.NVMMASharedLayout.get_default_for(block, gl.float8e4nv))
-                 for x, block in views)
+    return fp8_descriptors((q_codes.flatten(1), [block_m, d]), (k_codes.flatten(1), [block_n, d]),
+                           (v_codes_t.flatten(0, 1), [d, block_n]))

@@ -36,7 +36,11 @@ class AttnTiles:
     on the one-warpgroup structure 14.6-20.0 ms (2-4 stages) against 10.5; after the
     backward's factor moves (call 9, CUDA ms): dK/dV 9.95 against 10.76 with 3 stages, dQ 5.97
     against 8.18 with 4 stages and 6.80 with 2, forward 4.18 against 6.31 with 4 stages.
-    d=64 is untuned and shares these."""
+    Session 8 (same machine and versions, benchmarks/results/2026-11-30-h200-s8, CUDA ms on
+    eq8x8k): the Gluon forward 3.63 against the Triton one's 4.20 (call 4); in it, 128-key
+    tiles 3.72 against 4.24 with 64-key tiles, 2 stages 4.37, 64-key tiles with 4 stages 4.28
+    (call 2). The Gluon dQ 5.61 against the Triton one's 5.67, with 2 or 4 stages level
+    (call 5). d=64 is untuned and shares these."""
 
     fwd_block_m: int = 64
     fwd_block_n: int = 128
@@ -54,6 +58,9 @@ class AttnTiles:
     # tiles a multiple of 32 (its P^ V^ steps). The Triton kernel otherwise, and always under
     # the interpreter; both give the same bits.
     fwd_gluon: bool = True
+    # dQ in Gluon (attn_dq_gluon.py) on the GPU, on the same terms: 4 warps, 64-row tiles,
+    # key steps a multiple of 32.
+    dq_gluon: bool = True
     # dQ from the dK/dV kernel's tiles, added with fp32 atomics (5 MMAs per pair instead of
     # 7, no dQ kernel; dQ's summation order then varies from run to run). The dQ payload's
     # scale spans the key tile, hence dq_block_n == bwd_block_n. Off: slower on the same
@@ -64,6 +71,10 @@ class AttnTiles:
     dq_atomic: bool = False
 
     def __post_init__(self):
+        if self.dq_gluon and (self.dq_block_m, self.dq_warps, self.dq_block_n % 32) != (64, 4, 0):
+            raise ValueError(f"dq_gluon: the Gluon dQ kernel runs 4 warps on 64-row tiles and key steps a multiple "
+                             f"of 32, got dq_block_m={self.dq_block_m}, dq_warps={self.dq_warps}, "
+                             f"dq_block_n={self.dq_block_n}; set dq_gluon=False for the Triton kernel")
         if self.fwd_gluon and (self.fwd_block_m, self.fwd_warps, self.fwd_block_n % 32) != (64, 4, 0):
             raise ValueError(f"fwd_gluon: the Gluon forward runs 4 warps on 64-row tiles and key tiles a multiple "
                              f"of 32, got fwd_block_m={self.fwd_block_m}, fwd_warps={self.fwd_warps}, "

@@ -161,8 +161,8 @@ def record_factors(rec):
 def query_fields(p_rec, o_i, m_i, MASK: tl.constexpr):
     """(m, rq = ro 2^(edO + eQ), deltad = delta / 2^edO, qg = 2^eQ, rf = 2^(sigma - PV))
     fp32, each [N], of rows o_i from their records (``query_records``; p_rec at the document's first row
-    of the head). With MASK, rows where m_i is false read m = +inf and zeros: no key is
-    visible to them."""
+    of the head), one 16-byte load per row. With MASK, rows where m_i is false read m = +inf
+    and zeros: no key is visible to them."""
     o_r = o_i.to(tl.int64)[:, None] * 4 + tl.arange(0, 4)[None, :]  # [N, 4]
     past_end = tl.where(tl.arange(0, 4) == 0, 0x7F800000, 0)[None, :]  # +inf's bits, then zeros
     rec = maybe_masked_load(p_rec + o_r, m_i[:, None], past_end, MASK)  # [N, 4] int32
@@ -170,6 +170,24 @@ def query_fields(p_rec, o_i, m_i, MASK: tl.constexpr):
     even, odd = tl.split(tl.reshape(rec, [rec.shape[0], 2, 2]))
     m_bits, delta_bits = tl.split(even)
     rq_bits, exps = tl.split(odd)
+    return _decode_query(m_bits, rq_bits, delta_bits, exps)
+
+
+@triton.jit
+def query_fields_by_word(p_rec, o_i, m_i):
+    """``query_fields`` (masked) with one 4-byte load per word: no [N, 4] tensor, so a Gluon
+    kernel can call it with o_i in any layout."""
+    p_row = p_rec + o_i.to(tl.int64) * 4  # [N]
+    m_bits = tl.load(p_row, mask=m_i, other=0x7F800000)
+    rq_bits = tl.load(p_row + 1, mask=m_i, other=0)
+    delta_bits = tl.load(p_row + 2, mask=m_i, other=0)
+    exps = tl.load(p_row + 3, mask=m_i, other=0)
+    return _decode_query(m_bits, rq_bits, delta_bits, exps)
+
+
+@triton.jit
+def _decode_query(m_bits, rq_bits, delta_bits, exps):
+    """The fields of ``query_fields`` from a record's four int32 words."""
     f32 = tl.float32
     return (m_bits.to(f32, bitcast=True), rq_bits.to(f32, bitcast=True), delta_bits.to(f32, bitcast=True),
             _field_pow2(exps, 0), _field_pow2(exps, 8))

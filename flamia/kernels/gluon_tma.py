@@ -1,0 +1,19 @@
+"""TMA plumbing shared by the Gluon attention kernels (``attn_fwd_gluon.py``, ``attn_dq_gluon.py``):
+the load's name across Triton versions, the warps of one warpgroup, and host descriptors of
+FP8 code tensors."""
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import tma
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+# Triton 3.6 (the H200's) names the TMA load async_copy_global_to_shared; later versions
+# (3.9 here, for the offline SASS test) call it async_load.
+tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+WARPS = gl.constexpr(4)  # one warpgroup, 16 rows per warp: AttnTiles checks 64-row tiles
+
+
+def fp8_descriptors(*views):
+    """Host TMA descriptors of 2-D float8_e4m3fn views, each given as (tensor, block shape),
+    with the NVMMA shared layout a wgmma operand of that block needs. Rows and columns past
+    a view's end read zeros."""
+    return tuple(TensorDescriptor.from_tensor(x, block, gl.NVMMASharedLayout.get_default_for(block, gl.float8e4nv))
+                 for x, block in views)
