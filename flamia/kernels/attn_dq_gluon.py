@@ -18,12 +18,11 @@ TRITON_INTERPRET the Triton kernel runs, and the CPU suite checks it against the
 """
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
-                                                              warpgroup_mma_wait)
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
 from .bwd_math import (doc_bounds, grad_scores, masked_step, query_factors, reciprocal_pow2, row_scaled_codes,
                        step_range, store_dq)
-from .gluon_tma import WARPS, fp8_descriptors, tma_load
+from .gluon_tma import WARPS, copy_barriers, fp8_descriptors, tma_load
 from .records import block_key_records, query_fields_by_word, record_factors
 from .worklist import program_tile
 
@@ -94,10 +93,7 @@ def dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, kt_desc, p_rec, p_krec, p_c
     k_s = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BN, D], k_desc.layout)
     v_s = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BN, D], v_desc.layout)
     kt_s = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, D, BN], kt_desc.layout)
-    bars = gl.allocate_shared_memory(gl.int64, [STAGES + 1, 1], mbarrier.MBarrierLayout())  # the last: Q^'s, dO^'s
-    for i in gl.static_range(STAGES + 1):
-        mbarrier.init(bars.index(i), count=1)
-    fence_async_shared()
+    bars = copy_barriers(STAGES + 1)  # the last: Q^'s and dO^'s
     # Rows of Q^ and dO^ past the document are the next document's: their records read m = +inf
     # and zeros, so their payload is zero and they are not stored. Steps past the last are
     # copied too (never read) and waited for before the program ends.

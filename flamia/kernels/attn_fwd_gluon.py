@@ -18,12 +18,11 @@ emulator. The layouts name one warpgroup (4 warps, 64 query rows) per program.
 """
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
-                                                              warpgroup_mma_wait)
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
 from .fp8 import pow2, to_output
 from .fwd_math import finish_rows, program_geometry, scores_to_codes, visible_keys
-from .gluon_tma import WARPS, fp8_descriptors, tma_load
+from .gluon_tma import WARPS, copy_barriers, fp8_descriptors, tma_load
 from .records import block_key_records, record_factors
 from .worklist import program_tile
 
@@ -76,10 +75,7 @@ def attn_fwd_gluon_kernel(q_desc, p_qe, k_desc, vt_desc, p_krec, p_pv, p_cu_q, p
     q_s = gl.allocate_shared_memory(gl.float8e4nv, [BM, D], q_desc.layout)
     k_s = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BN, D], k_desc.layout)
     v_s = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, D, BN], vt_desc.layout)
-    bars = gl.allocate_shared_memory(gl.int64, [STAGES + 1, 1], mbarrier.MBarrierLayout())  # the last: Q^'s
-    for i in gl.static_range(STAGES + 1):
-        mbarrier.init(bars.index(i), count=1)
-    fence_async_shared()
+    bars = copy_barriers(STAGES + 1)  # the last: Q^'s
     # Rows of Q^ past the document are the next document's (or zeros): their outputs are not
     # stored. Tiles past t_hi are copied too and never read, so the loop needs no bounds on
     # its copies; the last STAGES - 2 of them are waited for before the program ends.

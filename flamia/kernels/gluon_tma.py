@@ -1,8 +1,9 @@
 """TMA plumbing shared by the Gluon attention kernels (``attn_fwd_gluon.py``, ``attn_dq_gluon.py``):
-the load's name across Triton versions, the warps of one warpgroup, and host descriptors of
-FP8 code tensors."""
+the load's name across Triton versions, the warps of one warpgroup, the copy slots' mbarriers,
+and host descriptors of FP8 code tensors."""
+from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import tma
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 # Triton 3.6 (the H200's) names the TMA load async_copy_global_to_shared; later versions
@@ -17,3 +18,14 @@ def fp8_descriptors(*views):
     a view's end read zeros."""
     return tuple(TensorDescriptor.from_tensor(x, block, gl.NVMMASharedLayout.get_default_for(block, gl.float8e4nv))
                  for x, block in views)
+
+
+@gluon.jit
+def copy_barriers(N: gl.constexpr):
+    """N mbarriers ([N, 1] in shared memory), each completing when its TMA copies' bytes
+    have landed (one arrival: the expect), made visible to the async proxy before any copy."""
+    bars = gl.allocate_shared_memory(gl.int64, [N, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(N):
+        mbarrier.init(bars.index(i), count=1)
+    fence_async_shared()
+    return bars
