@@ -6,8 +6,12 @@ runs Q^ K^T, waits, runs the softmax, runs P^ V^, waits: the tensor cores idle t
 softmax unless another program on the SM fills them. Gluon (``triton.experimental.gluon``,
 Triton 3.6) issues FP8 wgmma asynchronously and waits where the kernel says: here each step
 waits for its own scores, issues the next tile's Q^ K^T, and runs its softmax and P^ V^
-while that product is in flight. K^ and V^T tiles are copied into NVMMA-swizzled shared
-memory with cp.async, STAGES - 1 tiles ahead of the scores that read them.
+while that product is in flight. One thread copies each K^ and V^T tile into NVMMA-swizzled
+shared memory with TMA, STAGES - 1 tiles ahead of the scores that read them (no per-thread
+addresses), and the key exponents come once per 32-key block (``records.block_key_records``):
+with a factor per key the next tile's scores did not fit beside this tile's (196 spill
+instructions at 128-key tiles). H200, 2026-11-30, eq8x8k: 4.20 ms (the Triton kernel) ->
+3.63 ms (benchmarks/results/2026-11-30-h200-s8).
 
 The program mapping (``program_geometry``), the tile body's arithmetic (``scores_to_codes``)
 and the epilogue (``finish_rows``) are the Triton kernel's helpers (``fwd_math.py``), and the wgmma
