@@ -11,19 +11,24 @@ import triton
 import triton.language as tl
 
 from flamia.formats.scales import EXP_MAX, EXP_MIN
-from flamia.kernels.records import (key_factor_records, key_factors, key_records, packed_key_factors, query_fields,
-                                    query_records)
+from flamia.kernels.records import (block_key_records, key_factor_records, key_factors, key_records,
+                                    packed_key_factors, query_fields, query_fields_by_word, query_records,
+                                    record_factors)
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 N = 64  # rows per program
 
 
 @triton.jit
-def _query_kernel(p_rec, p_out, n, N: tl.constexpr):
-    """Program h: the fields [5, N] of rows 0..N-1 of query head h (rows >= n masked)."""
+def _query_kernel(p_rec, p_out, n, N: tl.constexpr, BY_WORD: tl.constexpr):
+    """Program h: the fields [5, N] of rows 0..N-1 of query head h (rows >= n masked), read
+    as 16-byte records or (BY_WORD, the Gluon dQ kernel's reader) word by word."""
     h = tl.program_id(0).to(tl.int64)
     o = tl.arange(0, N)
-    fields = query_fields(p_rec + h * n * 4, o, o < n, True)
+    if BY_WORD:
+        fields = query_fields_by_word(p_rec + h * n * 4, o, o < n)
+    else:
+        fields = query_fields(p_rec + h * n * 4, o, o < n, True)
     for f in tl.static_range(5):
         tl.store(p_out + (h * 5 + f) * N + o, fields[f])
 
@@ -36,6 +41,14 @@ def _key_kernel(p_krec, p_kout, n, N: tl.constexpr):
     kf, vf = packed_key_factors(p_krec + h * n, o, o < n, True)
     tl.store(p_kout + (h * 2) * N + o, kf)
     tl.store(p_kout + (h * 2 + 1) * N + o, vf)
+
+
+@triton.jit
+def _block_key_kernel(p_krec, p_kout, n, k_lo, N: tl.constexpr, BLOCK: tl.constexpr):
+    """(kf, vf) [2, N] of keys k_lo..k_lo+N-1 of KV head 0 read once per BLOCK keys."""
+    kf, vf = record_factors(block_key_records(p_krec, k_lo, tl.arange(0, N), n, BLOCK, N))
+    tl.store(p_kout + tl.arange(0, N), kf)
+    tl.store(p_kout + N + tl.arange(0, N), vf)
 
 
 @triton.jit
@@ -74,8 +87,11 @@ def test_decoders_return_what_the_builders_were_given(hq, hkv, sigma):
     krec = key_records(k_exps.to(DEVICE), v_exps.to(DEVICE))
     out = torch.empty((hq, 5, N), dtype=torch.float32, device=DEVICE)
     kout = torch.empty((hkv, 2, N), dtype=torch.float32, device=DEVICE)
-    _query_kernel[(hq,)](rec, out, t, N=N)
+    out_by_word = torch.empty_like(out)
+    _query_kernel[(hq,)](rec, out, t, N=N, BY_WORD=False)
+    _query_kernel[(hq,)](rec, out_by_word, t, N=N, BY_WORD=True)
     _key_kernel[(hkv,)](krec, kout, t, N=N)
+    assert torch.equal(out_by_word, out), "the word-by-word reader differs"
     out, kout = out.cpu(), kout.cpu()
     group = hq // hkv
     bits = lambda x: x.contiguous().view(torch.int32)
@@ -111,3 +127,24 @@ def test_key_factors_are_exact_powers_of_two():
     for h in range(hkv):
         assert torch.equal(out[h, 0, :t], _pow2(k_exps[:, h])) and torch.equal(out[h, 1, :t], _pow2(v_exps[:, h]))
     assert torch.equal(out[:, :, t:], torch.ones(hkv, 2, N - t)), "keys past the end read kf = vf = 1"
+
+
+@pytest.mark.parametrize("block,k_lo", [(32, 0), (32, 64), (1, 32)])
+def test_block_key_records_read_one_word_per_block(block, k_lo):
+    """With exponents constant over each 32-key block (as the quantizers make them), the
+    factors read once per block equal the per-key ones; keys past the tensor's end take
+    their block's (callers mask them out), or 1 in blocks that start past it."""
+    t = 150  # the last block is short; keys 150.. are past the end
+    g = torch.Generator().manual_seed(block + k_lo)
+    k_exps, v_exps = (torch.randint(EXP_MIN, EXP_MAX + 1, ((t + 31) // 32, 1), generator=g).to(torch.int8)
+                      .repeat_interleave(32, 0)[:t] for _ in range(2))
+    krec = key_records(k_exps.to(DEVICE), v_exps.to(DEVICE))
+    out = torch.empty((2, 128), dtype=torch.float32, device=DEVICE)
+    _block_key_kernel[(1,)](krec, out, t, k_lo, N=128, BLOCK=block)
+    out = out.cpu()
+    keys = torch.arange(k_lo, k_lo + 128)
+    first = keys // block * block  # the word each key reads
+    inside = first < t
+    assert torch.equal(out[0, inside], _pow2(k_exps[first[inside], 0])), "kf"
+    assert torch.equal(out[1, inside], _pow2(v_exps[first[inside], 0])), "vf"
+    assert torch.equal(out[:, ~inside], torch.ones(2, int((~inside).sum()))), "blocks past the end read kf = vf = 1"

@@ -1,6 +1,6 @@
 """The forward's arithmetic, shared by the Triton kernel (``attn_fwd.py``, the interpreter's
 path and the reference) and the Gluon kernel (``attn_fwd_gluon.py``, the GPU's): the program's
-geometry, each row's visible keys, steps 2-6 of NUMERICS.md 3 on a tile of scores, and the
+geometry, each row's visible keys, NUMERICS.md 3's steps after Q^ K^T on a tile of scores, and the
 epilogue's row statistics. Written once, so the two kernels agree bit for bit. Each helper is
 layout-free (it creates no tensor of its own), which lets Gluon kernels call it.
 """
@@ -21,7 +21,7 @@ def program_geometry(doc, tile, p_cu_q, p_cu_k, p_cu_kt, heads_q, heads_kv, wind
                      BM: tl.constexpr, BN: tl.constexpr):
     """The scalars of the program of query tile ``tile`` of document ``doc`` and query head
     program_id(1), shared by the Triton and the Gluon forwards: h, hk, the document's
-    q_start, len_q, k_start, k_start_t (its first V^T column), i0 (the tile's first query),
+    q_start, len_q, len_k, k_start, k_start_t (its first V^T column), i0 (the tile's first query),
     the offset and window sides (off, wl, wr; unbounded sides become bounds no pair can
     reach, so one rule serves all masks), and the key tiles [t_lo, t_hi) that meet some
     row's visible keys, of which [u_lo, u_hi) are visible to every row."""
@@ -69,10 +69,10 @@ def finish_rows(b_l, b_m, b_pv, SIGMA: tl.constexpr):
 @triton.jit
 def scores_to_codes(b_s, b_qf, b_kf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU: tl.constexpr, MASK,
                     INTERPRET: tl.constexpr):
-    """Steps 2-6 of NUMERICS.md 3 on one tile of raw scores b_s = Q^ K^T [BM, BN] fp32: the
-    factors, the mask (MASK, a constexpr or a runtime flag: rows see keys o_n [BN] in
-    [b_first, b_last] [BM]), the integer running max, exp2, the row sum, the P^ codes with
-    the V fold. Shared by the Triton and the Gluon forwards, so their codes agree bit for bit.
+    """NUMERICS.md 3's steps 1 (after the product) to 6 on one tile of raw scores
+    b_s = Q^ K^T [BM, BN] fp32: the factors, the mask (MASK, a constexpr or a runtime flag:
+    rows see keys o_n [BN] in [b_first, b_last] [BM]), the integer running max, exp2, the
+    row sum, the P^ codes with the V fold. Shared by the Triton and the Gluon forwards, so their codes agree bit for bit.
     Returns (P^ [BM, BN] fp8, alpha [BM], l [BM], m [BM])."""
     # x = (S qf) kf of NUMERICS.md 3, in another order with the same bits: qf and kf are
     # powers of two, so y = S kf and y qf are exact, max(x) = qf max(y), and exp2's argument
