@@ -278,7 +278,8 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
                        dot_codes_t, dot_exps, delta, m, ro, pv, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t,
                        *, causal: bool, window_size: tuple[int, int], softmax_scale: float,
                        sigma: int, scale_block: int, tiles: AttnTiles, rotate: bool = False,
-                       out_dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                       out_dtype: torch.dtype = torch.float32,
+                       key_rec: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dQ, dK, dV of the MXFP8 route (NUMERICS.md 4), with dQ and dK rotated back by the
     Hadamard transform when ``rotate`` (Q and K were rotated), in the kernels' epilogues.
 
@@ -291,7 +292,8 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     cu_seqlens_*[-1] = T (rows outside every document are not written); cu_seqlens_q_t/k_t: int32 [num_docs + 1], the transposed codes'
     document starts (``aligned_starts``, as the quantizers return them). D is 64 or 128 and Hq
     a multiple of Hkv. scale_block: the tokens that share an exponent (32, or 1 for per-token
-    exponents; K's blocks start at document starts).
+    exponents; K's blocks start at document starts). key_rec: ``key_records(k_exps, v_exps)``
+    [Hkv, Tk] int32 if the caller has it (the forward's), else built here for dQ.
     Returns dq [Tq, Hq, D], dk and dv [Tk, Hkv, D] in ``out_dtype`` (fp32, bf16 or fp16,
     rounded to nearest even from the fp32 values: the rotate-back and the cast happen before
     the store, where a separate torch pass would read and write every gradient several times).
@@ -356,7 +358,9 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
         _dq_finish_kernel[grid](dq_sums, dq, BM=tiles.dq_block_m, **epilogue)
         return dq, dk, dv
     work = tile_list(cu_seqlens_q, tq, tiles.dq_block_m, reverse=True)
-    key_rec = key_records(k_exps, v_exps)
+    if key_rec is None:
+        key_rec = key_records(k_exps, v_exps)
+    check_operand("key_rec", key_rec, i32, (hkv, tk))
     if tiles.dq_gluon and not interpreting():
         descs = dq_descriptors(q_codes, do_codes, k_codes, v_codes, k_codes_t, tiles.dq_block_m, tiles.dq_block_n)
         dq_args = {k: v for k, v in args.items() if k != "INTERPRET"}

@@ -118,7 +118,7 @@ def _attn_fwd_kernel(p_q, p_qe, p_k, p_vt, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt
 
 def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, cu_seqlens_q, cu_seqlens_k,
                       cu_seqlens_k_t, *, causal: bool, window_size: tuple[int, int], softmax_scale: float, tau: int,
-                      sigma: int, scale_block: int, tiles: AttnTiles):
+                      sigma: int, scale_block: int, tiles: AttnTiles, key_rec: torch.Tensor | None = None):
     """The MXFP8 forward on quantized operands (NUMERICS.md 3).
 
     q_codes [Tq, Hq, D] float8_e4m3fn, q_exps [Tq, Hq] int8; k_codes [Tk, Hkv, D]
@@ -129,7 +129,9 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
     (32, or 1 for per-token exponents; K's blocks start at document starts);
     cu_seqlens_q/k int32 [num_docs + 1];
     cu_seqlens_k_t int32 [num_docs + 1], V^T's document starts (``aligned_starts``, as the
-    quantizer returns them). D is 64 or 128 and Hq a multiple of Hkv.
+    quantizer returns them); key_rec: ``key_records(k_exps, v_exps)`` [Hkv, Tk] int32 if the
+    caller has it (it serves the backward's dQ too), else built here. D is 64 or 128 and Hq a
+    multiple of Hkv.
 
     Returns out [Tq, Hq, D] bf16 and lse (natural log), m (integer running max, log2 units),
     ro = 2^(PV - sigma) / l, each [Hq, Tq] fp32.
@@ -160,7 +162,9 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
     lse, m, ro = (torch.empty((hq, tq), dtype=torch.float32, device=dev) for _ in range(3))
     if tq == 0 or num_docs == 0 or hq == 0:
         return out, lse, m, ro
-    key_rec = key_records(k_exps, v_exps)
+    if key_rec is None:
+        key_rec = key_records(k_exps, v_exps)
+    check_operand("key_rec", key_rec, i32, (hkv, tk))
     work = tile_list(cu_seqlens_q, tq, tiles.fwd_block_m, reverse=True)
     grid = (work.shape[1], hq)
     rest = (key_rec, pv, cu_seqlens_q, cu_seqlens_k, cu_seqlens_k_t, work, work.shape[1], out, lse, m, ro,

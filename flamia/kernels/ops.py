@@ -12,6 +12,7 @@ from .attn_fwd import attention_forward
 from .configs import tiles_for
 from .layout import aligned_starts
 from .prefix import prefix_v_exponent
+from .records import key_records
 from .quantize import quantize_grad_output, quantize_operand
 
 
@@ -34,13 +35,15 @@ class _TritonAttention(torch.autograd.Function):
         qq = quantize_operand(q, spec.cu_seqlens_q, block, rotate, True, cu_qt)
         kq = quantize_operand(k, spec.cu_seqlens_k, block, rotate, True, cu_kt, work=qq.work if shared else None)
         vq = quantize_operand(v, spec.cu_seqlens_k, block, False, True, cu_kt, work=kq.work)
+        key_rec = key_records(kq.exps, vq.exps)  # read by the forward and the backward's dQ
         pv = prefix_v_exponent(vq.exps, spec.cu_seqlens_q, spec.cu_seqlens_k, q.shape[0], spec.causal,
                                spec.window_size, block)
         out, lse, m, ro = attention_forward(
             qq.codes, qq.exps, kq.codes, kq.exps, vq.codes_t, vq.exps, pv, spec.cu_seqlens_q, spec.cu_seqlens_k,
             vq.cu_seqlens_t, causal=spec.causal, window_size=spec.window_size,
-            softmax_scale=spec.softmax_scale, tau=recipe.tau, sigma=recipe.sigma, scale_block=block, tiles=tiles)
-        ctx.spec, ctx.operands, ctx.rotate = spec, (qq, kq, vq), rotate
+            softmax_scale=spec.softmax_scale, tau=recipe.tau, sigma=recipe.sigma, scale_block=block, tiles=tiles,
+            key_rec=key_rec)
+        ctx.spec, ctx.operands, ctx.rotate, ctx.key_rec = spec, (qq, kq, vq), rotate, key_rec
         ctx.save_for_backward(out, m, ro, pv)
         ctx.mark_non_differentiable(lse)
         return out.to(q.dtype), lse
@@ -58,7 +61,7 @@ class _TritonAttention(torch.autograd.Function):
             spec.cu_seqlens_q, spec.cu_seqlens_k, qq.cu_seqlens_t, kq.cu_seqlens_t,
             causal=spec.causal, window_size=spec.window_size, softmax_scale=spec.softmax_scale,
             sigma=spec.recipe.sigma, scale_block=spec.recipe.scale_block, tiles=tiles, rotate=ctx.rotate,
-            out_dtype=dout.dtype)
+            out_dtype=dout.dtype, key_rec=ctx.key_rec)
         return dq, dk, dv, None
 
 
