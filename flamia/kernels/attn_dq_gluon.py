@@ -22,7 +22,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup
 
 from .bwd_math import (doc_bounds, grad_scores, masked_step, query_factors, reciprocal_pow2, row_scaled_codes,
                        step_range, store_dq)
-from .gluon_tma import WARPS, copy_barriers, fp8_descriptors, tma_load
+from .gluon_tma import WARPS, copy_barriers, fp8_descriptors, tma_load, wait_copy
 from .records import block_key_records, query_fields_by_word, record_factors
 from .worklist import program_tile
 
@@ -45,7 +45,7 @@ def _issue_scores(q_s, do_s, k_s, v_s, bars, n, STAGES: gl.constexpr, b_zero):
     """Wait for key step n's copies (slot n % STAGES) and start S = Q^ K^T and dP = dO^ V^T
     [BM, BN] on them (b_zero: fp32 zeros in their layout)."""
     slot = n % STAGES
-    mbarrier.wait(bars.index(slot), (n // STAGES) & 1)
+    wait_copy(bars, n, STAGES)
     b_s = warpgroup_mma(q_s, k_s.index(slot).permute((1, 0)), b_zero, use_acc=False, is_async=True)
     b_dp = warpgroup_mma(do_s, v_s.index(slot).permute((1, 0)), b_zero, use_acc=False, is_async=True)
     return b_s, b_dp
@@ -141,7 +141,7 @@ def dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, kt_desc, p_rec, p_krec, p_c
         acc = acc + b_t * gl.convert_layout(b_f, gl.SliceLayout(1, O_L))[:, None]
     warpgroup_mma_wait(0, deps=(s_nxt, dp_nxt))
     for i in gl.static_range(STAGES - 2):
-        mbarrier.wait(bars.index((n_steps + 1 + i) % STAGES), ((n_steps + 1 + i) // STAGES) & 1)
+        wait_copy(bars, n_steps + 1 + i, STAGES)
 
     # 2^-eQ of dQ's code scale, exact before the softmax scale's one rounding (NUMERICS.md 4)
     acc = acc * gl.convert_layout(reciprocal_pow2(qg), gl.SliceLayout(1, O_L))[:, None]

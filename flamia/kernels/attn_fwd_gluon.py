@@ -26,7 +26,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup
 
 from .fp8 import pow2, to_output
 from .fwd_math import finish_rows, program_geometry, scores_to_codes, visible_keys
-from .gluon_tma import WARPS, copy_barriers, fp8_descriptors, tma_load
+from .gluon_tma import WARPS, copy_barriers, fp8_descriptors, tma_load, wait_copy
 from .records import block_key_records, record_factors
 from .worklist import program_tile
 
@@ -46,7 +46,7 @@ def _copy_keys(k_desc, vt_desc, k_s, v_s, bars, slot, k_row, k_col, vt_row, vt_c
 @gluon.jit
 def _issue_scores(q_s, k_s, bars, j, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, S_L: gl.constexpr):
     """Wait for key tile j's copies (slot j % STAGES) and start Q^ K^T [BM, BN] on them."""
-    mbarrier.wait(bars.index(j % STAGES), (j // STAGES) & 1)
+    wait_copy(bars, j, STAGES)
     b_zero = gl.zeros([BM, BN], gl.float32, layout=S_L)
     return warpgroup_mma(q_s, k_s.index(j % STAGES).permute((1, 0)), b_zero, use_acc=False, is_async=True)
 
@@ -127,7 +127,7 @@ def attn_fwd_gluon_kernel(q_desc, p_qe, k_desc, vt_desc, p_krec, p_pv, p_cu_q, p
     warpgroup_mma_wait(0, deps=(s_next,))
     n = t_hi - t_lo
     for i in gl.static_range(STAGES - 2):
-        mbarrier.wait(bars.index((n + 1 + i) % STAGES), ((n + 1 + i) // STAGES) & 1)
+        wait_copy(bars, n + 1 + i, STAGES)
 
     b_ro, b_lse, b_m = finish_rows(b_l, b_m, b_pv, SIGMA)
     b_o = to_output(b_acc * gl.convert_layout(b_ro, gl.SliceLayout(1, O_L))[:, None], gl.bfloat16, False)

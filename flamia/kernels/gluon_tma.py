@@ -29,3 +29,10 @@ def copy_barriers(N: gl.constexpr):
         mbarrier.init(bars.index(i), count=1)
     fence_async_shared()
     return bars
+
+
+@gluon.jit
+def wait_copy(bars, n, STAGES: gl.constexpr):
+    """Wait for the n-th copy group of a ring of STAGES slots (slot n % STAGES, its
+    (n // STAGES)-th completion)."""
+    mbarrier.wait(bars.index(n % STAGES), (n // STAGES) & 1)
