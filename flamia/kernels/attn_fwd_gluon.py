@@ -10,8 +10,8 @@ while that product is in flight. One thread copies each K^ and V^T tile into NVM
 shared memory with TMA, STAGES - 1 tiles ahead of the scores that read them (no per-thread
 addresses), and the key exponents come once per 32-key block (``records.block_key_records``):
 with a factor per key the next tile's scores did not fit beside this tile's (196 spill
-instructions at 128-key tiles). H200, 2026-11-30, eq8x8k: 4.20 ms (the Triton kernel) ->
-3.63 ms (benchmarks/results/2026-11-30-h200-s8).
+instructions at 128-key tiles). H200, 2026-11-30, eq8x8k, CUDA time of the kernel: 4.14 ms (the
+Triton kernel) -> 3.64 ms (benchmarks/results/2026-11-30-h200-s8, call 4).
 
 The program mapping (``program_geometry``), the tile body's arithmetic (``scores_to_codes``)
 and the epilogue (``finish_rows``) are the Triton kernel's helpers (``fwd_math.py``), and the wgmma

@@ -36,11 +36,11 @@ class AttnTiles:
     on the one-warpgroup structure 14.6-20.0 ms (2-4 stages) against 10.5; after the
     backward's factor moves (call 9, CUDA ms): dK/dV 9.95 against 10.76 with 3 stages, dQ 5.97
     against 8.18 with 4 stages and 6.80 with 2, forward 4.18 against 6.31 with 4 stages.
-    Session 8 (same machine and versions, benchmarks/results/2026-11-30-h200-s8, CUDA ms on
-    eq8x8k): the Gluon forward 3.63 against the Triton one's 4.20 (call 4); in it, 128-key
-    tiles 3.72 against 4.24 with 64-key tiles, 2 stages 4.37, 64-key tiles with 4 stages 4.28
-    (call 2). The Gluon dQ 5.61 against the Triton one's 5.67, with 2 or 4 stages level
-    (call 5). d=64 is untuned and shares these."""
+    Session 8 (same machine and versions, benchmarks/results/2026-11-30-h200-s8, eq8x8k):
+    the Gluon forward 3.64 ms of CUDA time against the Triton one's 4.14 (call 4); in it
+    (forward launcher medians), 128-key tiles 3.72 against 4.24 with 64-key tiles, 2 stages
+    4.37, 64-key tiles with 4 stages 4.28 (call 2). The Gluon dQ 5.61 ms of CUDA time against
+    the Triton one's 5.67, with 2 or 4 stages level (call 5). d=64 is untuned and shares these."""
 
     fwd_block_m: int = 64
     fwd_block_n: int = 128
