@@ -103,7 +103,9 @@ class QuantizerTiles:
     88 LDL/STL by ``benchmarks/sass_offline.py``) and is faster all the same. Since session 7
     the rotated launch on the GPU is the Gluon kernel of ``rotated_quantizer.py`` (a token row
     per thread, so ``operand_unit`` is a multiple of 32 x ``rotated_warps``): 0.316 -> 0.235 ms on eq8x8k,
-    bitwise equal (benchmarks/results/2026-11-30-h200-s7, call 5)."""
+    bitwise equal (benchmarks/results/2026-11-30-h200-s7, call 5); session 9 made its loads
+    and stores coalesced (rotated_quantizer.py): 0.233 -> 0.184 ms per launch on eq8x8k
+    (benchmarks/results/2026-11-30-h200-s9, call 4)."""
 
     operand_unit: int = 32
     rotated_warps: int = 1

@@ -12,7 +12,13 @@ about 35 per element before; 167 registers, no spills), and the transposed codes
 through one shared-memory transpose into 16-byte column stores. Kernel-only on the H200
 (2026-11-30, bf16 [T, 16, 128], codes bitwise equal to the Triton kernel's): eq8x8k 0.316 ->
 0.235 ms (2.29 TB/s), skew8k+224x256 0.330 -> 0.301, logu11-16k 0.088 -> 0.079, logu29-64k
-0.330 -> 0.303 ms (1.78 TB/s); still below V's 3.4 TB/s.
+0.330 -> 0.303 ms (1.78 TB/s); still below V's 3.4 TB/s. A row per thread also made every
+16-byte load and store of a warp touch 32 rows (ncu: cache-bound), so the rows now arrive
+and leave in coalesced layouts and change layout through shared memory (the codes as int8).
+CUDA time of the Q and K launches together (H200, 2026-11-30, session 9 call 4, interleaved
+medians of 5 rounds, codes bitwise unchanged): eq8x8k 0.465 -> 0.368 ms (2.92 TB/s),
+skew8k+224x256 0.596 -> 0.400, logu29-64k 0.604 -> 0.393, eq4x4k 0.124 -> 0.094; with V's
+launch the three quantizers move 3.08 TB/s on eq8x8k. Coalescing the loads alone: 0.396.
 
 The arithmetic is the Triton kernel's, through the same helpers (``rotate``,
 ``block_exponents``, ``to_e4m3``; layout.py's ``unit_columns``, ``zero_tail``), so the codes
@@ -30,15 +36,29 @@ from .worklist import program_tile
 
 
 @gluon.jit
+def _rows(t0, end, h, H, UNIT: gl.constexpr, D: gl.constexpr, L: gl.constexpr):
+    """Offsets [UNIT, D] (int64) of head h's elements of packed rows t0.. in [T, H, D], in
+    layout L, and the mask of the rows before ``end``."""
+    o_t = t0 + gl.arange(0, UNIT, layout=gl.SliceLayout(1, L))  # [UNIT]
+    o_x = (o_t[:, None] * H + h) * D + gl.arange(0, D, layout=gl.SliceLayout(0, L))[None, :]
+    return o_x, (o_t < end)[:, None]
+
+
+@gluon.jit
 def rotated_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_work, width, num_docs,
                             T_t, H, inv_sqrt_d, D: gl.constexpr, UNIT: gl.constexpr, BLOCK: gl.constexpr,
                             HADAMARD_STAGES: gl.constexpr, T_ALIGN: gl.constexpr):
     """Program ((document, unit), head), UNIT = 32 * num_warps tokens: the arguments and the
     outputs of ``quantize._quantize_operand_kernel`` with the rotation on and the transposed
     codes written."""
-    # [UNIT, D]: a token row per thread. [D, UNIT]: 16 consecutive tokens of one head-dim
-    # element per thread, so each thread stores 16 bytes of the transposed codes at once.
+    # [UNIT, D]: a token row per thread, for the butterflies. LOAD and STORE: 16 bytes per
+    # thread, consecutive threads along a row, so each warp reads and writes whole rows at once
+    # (a row per thread left each 16-byte access in a different row: cache-bound, session 7's
+    # ncu); the layout changes go through shared memory. [D, UNIT]: 16 consecutive tokens of
+    # one head-dim element per thread, so each thread stores 16 bytes of the transposed codes.
     ROWS: gl.constexpr = gl.BlockedLayout([1, D], [32, 1], [gl.num_warps(), 1], [1, 0])
+    LOAD: gl.constexpr = gl.BlockedLayout([1, 8], [256 // D, D // 8], [gl.num_warps(), 1], [1, 0])
+    STORE: gl.constexpr = gl.BlockedLayout([1, 16], [512 // D, D // 16], [gl.num_warps(), 1], [1, 0])
     COLS: gl.constexpr = gl.BlockedLayout([1, 16], [32 * 16 // UNIT, UNIT // 16], [gl.num_warps(), 1], [1, 0])
     doc, unit = program_tile(p_work, width)
     if doc < 0:
@@ -50,17 +70,20 @@ def rotated_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqle
         zero_tail(p_codes_t, cu_seqlens_t, doc, num_docs, h, o_d, o_j, T_t, D, T_ALIGN)
     start = gl.load(cu_seqlens + doc).to(gl.int64)
     end = gl.load(cu_seqlens + doc + 1).to(gl.int64)
-    o_t = start + unit * UNIT + gl.arange(0, UNIT, layout=gl.SliceLayout(1, ROWS))  # [UNIT] packed rows
     if start + unit * UNIT >= end:
         return
-    m_t = o_t < end
-    o_x = (o_t[:, None] * H + h) * D + gl.arange(0, D, layout=gl.SliceLayout(0, ROWS))[None, :]  # [UNIT, D]
     # Rows past the document's end load as zeros: they add nothing to a block maximum.
-    b_x = rotate(gl.load(p_x + o_x, mask=m_t[:, None], other=0.0).to(gl.float32), inv_sqrt_d, HADAMARD_STAGES)
+    o_x, m_x = _rows(start + unit * UNIT, end, h, H, UNIT, D, LOAD)
+    b_x = gl.convert_layout(gl.load(p_x + o_x, mask=m_x, other=0.0), ROWS)  # [UNIT, D]
+    b_x = rotate(b_x.to(gl.float32), inv_sqrt_d, HADAMARD_STAGES)
     b_e = gl.convert_layout(block_exponents(b_x, BLOCK), gl.SliceLayout(1, ROWS))  # [UNIT]
     b_scaled = b_x * pow2(-b_e)[:, None]  # [UNIT, D]
-    gl.store(p_codes + o_x, to_e4m3(b_scaled, False), mask=m_t[:, None])
-    gl.store(p_exps + o_t * H + h, b_e.to(gl.int8), mask=m_t)
+    # The codes change layout as int8: as fp8, a layout change returned wrong codes (below).
+    b_c = gl.convert_layout(to_e4m3(b_scaled, False).to(gl.int8, bitcast=True), STORE)
+    o_x, m_x = _rows(start + unit * UNIT, end, h, H, UNIT, D, STORE)
+    gl.store(p_codes + o_x, b_c.to(gl.float8e4nv, bitcast=True), mask=m_x)
+    o_t = start + unit * UNIT + gl.arange(0, UNIT, layout=gl.SliceLayout(1, ROWS))  # [UNIT] packed rows
+    gl.store(p_exps + o_t * H + h, b_e.to(gl.int8), mask=o_t < end)
     # [UNIT] this unit's columns of codes_t, valid up to its document's next multiple of T_ALIGN
     o_c, m_c = unit_columns(cu_seqlens_t, doc, (end - start).to(gl.int32),
                             unit * UNIT + gl.arange(0, UNIT, layout=gl.SliceLayout(0, COLS)), T_ALIGN)
