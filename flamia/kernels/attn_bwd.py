@@ -30,7 +30,7 @@ from .configs import SUPPORTED_HEAD_DIMS, AttnTiles
 from .attn_dq_gluon import dq_descriptors, dq_gluon_kernel
 from .bwd_math import (doc_bounds, grad_scores, masked_step, query_factors, reciprocal_pow2, row_scaled_codes,
                        step_range, store_dq)
-from .fp8 import interpreting, maybe_masked_load, mma, pow2, to_output
+from .fp8 import interpreting, maybe_masked_load, mma, mul_rn, pow2, to_output
 from .hadamard import rotate
 from .layout import check_operand, transposed_extent
 from .records import (block_key_records, key_factor_records, key_factors, key_records, query_fields, query_records,
@@ -184,7 +184,8 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_kfr, 
                                         p_dote + o_qe, p_dqa_h, geo, span_q, heads_q, tq_t, D, BM,
                                         True, DQ_ATOMIC, INTERPRET)
     o_out = o_kv + o_k.to(tl.int64)[:, None] * (heads_kv * D) + tl.arange(0, D)[None, :]  # [BN, D]
-    b_dk = rotate(acc_dk * (scale * key[3])[:, None], inv_sqrt_d, ROTATE_STAGES)  # [BN, D]: 2^-eK 2^(eK - eV)
+    # [BN, D]: 2^-eK 2^(eK - eV) of the payload, times the softmax scale, then rotated back
+    b_dk = rotate(mul_rn(acc_dk, (scale * key[3])[:, None], INTERPRET), inv_sqrt_d, ROTATE_STAGES)
     tl.store(p_dk + o_out, to_output(b_dk, p_dk.dtype.element_ty, INTERPRET), mask=m_k[:, None])
     tl.store(p_dv + o_out, to_output(acc_dv * key[3][:, None], p_dv.dtype.element_ty, INTERPRET), mask=m_k[:, None])
 

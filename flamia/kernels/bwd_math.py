@@ -8,7 +8,7 @@ which lets Gluon kernels call it.
 import triton
 import triton.language as tl
 
-from .fp8 import E4M3_EQ, E4M3_MQ, e4m3_grid, pow2, scale_exponent, to_e4m3, to_output
+from .fp8 import E4M3_EQ, E4M3_MQ, e4m3_grid, mul_rn, pow2, scale_exponent, to_e4m3, to_output
 from .hadamard import rotate
 from .layout import T_ALIGN as _T_ALIGN
 
@@ -131,5 +131,5 @@ def store_dq(p_dq, acc, rows, o_d, m_r, h_q, heads_q, scale, inv_sqrt_d, ROTATE_
     sum of payloads acc [BM, D] (o_d [D]: 0..D-1 in acc's column layout), already times 2^-eQ: times the softmax scale, rotated back
     when ROTATE_STAGES > 0, stored in p_dq's dtype ([Tq, Hq, D])."""
     o_out = (rows * heads_q + h_q)[:, None] * o_d.shape[0] + o_d[None, :]  # [BM, D]
-    b_dq = rotate(acc * scale, inv_sqrt_d, ROTATE_STAGES)  # [BM, D]
+    b_dq = rotate(mul_rn(acc, scale, INTERPRET), inv_sqrt_d, ROTATE_STAGES)  # [BM, D]
     tl.store(p_dq + o_out, to_output(b_dq, p_dq.dtype.element_ty, INTERPRET), mask=m_r[:, None])

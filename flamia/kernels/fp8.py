@@ -6,7 +6,8 @@ the launchers pass):
   E4M3 grid in fp32 (bit-exact round-to-nearest-even), which makes the cast exact;
 - its ``tl.dot`` on low-precision operands is unreliable, so operands are upcast to fp32;
 - its fp32 -> bf16 cast truncates, so values are first rounded on their bits;
-- it cannot run inline PTX, so ``e4m3_grid`` rounds there in fp32 arithmetic instead.
+- it cannot run inline PTX, so ``e4m3_grid`` rounds there in fp32 arithmetic instead, and
+  ``mul_rn`` multiplies plainly (numpy rounds each product on its own anyway).
 """
 import os
 
@@ -87,6 +88,21 @@ def e4m3_grid(x, INTERPRET: tl.constexpr):
         cvt.f32.f16 $1, hi;
         }""",
         "=r,=r,r,r", [x], dtype=tl.float32, is_pure=True, pack=2)
+
+
+@triton.jit
+def mul_rn(x, y, INTERPRET: tl.constexpr):
+    """x * y in fp32, rounded on its own (broadcast like ``*``). ptxas contracts a product and
+    an add that uses it into one fma, which rounds once, and which product of a pair stays
+    unrounded follows the register layout: before the Hadamard rotate-back both the Triton
+    dK/dV epilogue and a Gluon one with a row per thread (branch next/gluon-dkdv) had their
+    scale products contracted into the first butterfly, and their fp32 dK differed in 139k
+    of 256k values (H200, 2026-11-30). ``mul.rn`` is never contracted: every kernel rounds
+    the product as the emulator does."""
+    if INTERPRET:
+        return x * y
+    return tl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=r,r,r", [x, y], dtype=tl.float32,
+                                     is_pure=True, pack=1)
 
 
 @triton.jit
