@@ -33,6 +33,7 @@ def capture(workload: str) -> list[dict]:
     os.environ["TRITON_INTERPRET"] = "1"
     import torch
     from triton.experimental.gluon._runtime import GluonJITFunction
+    from triton.experimental.gluon.language import _layouts as gl_layouts
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import mangle_type
@@ -56,6 +57,8 @@ def capture(workload: str) -> list[dict]:
             return {"kind": "float", "value": x}
         if x is None:
             return {"kind": "none"}
+        if isinstance(x, gl_layouts.DistributedLayout):  # a Gluon kernel's constexpr layout
+            return {"kind": "layout", "value": repr(x)}
         raise TypeError(f"unexpected launch argument {type(x).__name__}")
 
     def record(self, *args, grid, warmup, **kwargs):
@@ -99,6 +102,9 @@ def compile_launch(launch: dict, seen: dict):
         if index in fn.constexprs:
             signature[name] = "constexpr"
             constexprs[name] = False if name == "INTERPRET" else a.get("value")
+            if a["kind"] == "layout":  # rebuilt from its dataclass repr
+                from triton.experimental.gluon.language import _layouts
+                constexprs[name] = eval(a["value"], vars(_layouts))
         elif a["kind"] == "tensor":
             signature[name] = _TYPES[a["dtype"]]
             if a["ptr16"]:

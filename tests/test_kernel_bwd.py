@@ -25,8 +25,8 @@ GRAD_TOL = 16 * U
 
 
 def tiles(bwd_m: int, bwd_n: int, dq_m: int, dq_n: int, dq_atomic: bool = False) -> AttnTiles:
-    return AttnTiles(fwd_block_m=32, fwd_block_n=32, fwd_gluon=False, dq_gluon=False, bwd_block_m=bwd_m,
-                     bwd_block_n=bwd_n, dq_block_m=dq_m, dq_block_n=dq_n, dq_atomic=dq_atomic)
+    return AttnTiles(fwd_block_m=32, fwd_block_n=32, fwd_gluon=False, dq_gluon=False, dkdv_gluon=False,
+                     bwd_block_m=bwd_m, bwd_block_n=bwd_n, dq_block_m=dq_m, dq_block_n=dq_n, dq_atomic=dq_atomic)
 
 
 def cu_seqlens(lengths) -> torch.Tensor:
@@ -120,7 +120,7 @@ def test_backward_dq_atomic_matches_emulator(name):
 
 def test_dq_atomic_needs_the_key_tile_as_dq_step():
     with pytest.raises(ValueError, match="^dq_atomic: .* dq_block_n \\(128\\) must equal bwd_block_n \\(64\\)"):
-        AttnTiles(dq_block_n=128, dq_atomic=True)
+        AttnTiles(dq_block_n=128, dq_atomic=True, dkdv_gluon=False)
 
 
 def test_backward_default_tiles():
@@ -166,7 +166,7 @@ def test_backward_names_bad_argument():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("tile_cfg", [AttnTiles(), AttnTiles(dq_atomic=True)],
+@pytest.mark.parametrize("tile_cfg", [AttnTiles(), AttnTiles(dq_atomic=True, dkdv_gluon=False)],
                          ids=["shipped", "dq-atomic"])
 def test_backward_matches_emulator_gpu(tile_cfg):
     """4 documents x 4096 tokens, 16 heads, D=128, causal: the shipped tiles, and dQ through
@@ -223,6 +223,35 @@ def test_gluon_dq_equals_triton(name):
     got = attention_backward(*args, **kwargs)[0]
     want = attention_backward(*args, **{**kwargs, "tiles": replace(AttnTiles(), dq_gluon=False)})[0]
     assert torch.equal(got, want), f"dQ: {(got != want).sum().item()} of {got.numel()} differ"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name", list(GLUON_DQ_CASES))
+def test_gluon_dkdv_equals_triton(name):
+    """The Gluon dK/dV kernel (attn_dkdv_gluon.py) and the Triton one on the same operands and
+    tiles: dK and dV equal bit for bit."""
+    lens_q, lens_k, (hq, hkv), d, causal, window, recipe = GLUON_DQ_CASES[name]
+    lens_k = lens_k or lens_q
+    g = torch.Generator().manual_seed(len(name))
+    q, do = (torch.randn(sum(lens_q), hq, d, generator=g).to(DEVICE, torch.bfloat16) for _ in range(2))
+    k, v = (torch.randn(sum(lens_k), hkv, d, generator=g).to(DEVICE, torch.bfloat16) for _ in range(2))
+    fwd = emulate_forward(q, k, v, cu_seqlens(lens_q), cu_seqlens(lens_k), max(lens_q), max(lens_k), causal=causal,
+                          softmax_scale=d**-0.5, window_size=window, recipe=recipe, tiles=AttnTiles())
+    args, kwargs = kernel_inputs(fwd, do)
+    got = attention_backward(*args, **{**kwargs, "tiles": replace(AttnTiles(), dkdv_gluon_below=1 << 30)})[1:]
+    want = attention_backward(*args, **{**kwargs, "tiles": replace(AttnTiles(), dkdv_gluon=False)})[1:]
+    for what, a, b in zip(("dK", "dV"), got, want):
+        assert torch.equal(a, b), f"{what}: {(a != b).sum().item()} of {a.numel()} differ"
+
+
+def test_dkdv_kernel_follows_the_mean_document_length():
+    """The Gluon dK/dV runs where documents average fewer than dkdv_gluon_below tokens (its
+    per-program cost is lower, its per-step cost higher: configs.py has the measurements)."""
+    tiles = AttnTiles()
+    assert tiles.dkdv_in_gluon(65536, 29) and tiles.dkdv_in_gluon(65536, 225)  # logu29-64k, skew8k+224x256
+    assert not tiles.dkdv_in_gluon(16384, 4) and not tiles.dkdv_in_gluon(65536, 8)  # eq4x4k, eq8x8k
+    assert not replace(tiles, dkdv_gluon=False).dkdv_in_gluon(65536, 225)
 
 
 def test_folded_payload_gives_the_contract_codes():

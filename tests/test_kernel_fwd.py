@@ -29,7 +29,7 @@ O_FLIP_FRACTION = 0.01
 
 
 def tiles(bm: int, bn: int) -> AttnTiles:
-    return AttnTiles(fwd_block_m=bm, fwd_block_n=bn, fwd_gluon=False, dq_gluon=False, bwd_block_m=16, bwd_block_n=16, dq_block_m=16, dq_block_n=16)
+    return AttnTiles(fwd_block_m=bm, fwd_block_n=bn, fwd_gluon=False, dq_gluon=False, dkdv_gluon=False, bwd_block_m=16, bwd_block_n=16, dq_block_m=16, dq_block_n=16)
 
 
 def cu_seqlens(lengths) -> torch.Tensor:

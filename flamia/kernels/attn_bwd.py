@@ -16,6 +16,8 @@ body as the others with the mask (and the masked loads) compiled out.
 Hopper's FP8 MMA needs K-major operands, hence the transposed inputs: dK reads Q^T, dQ reads
 K^T and dV reads dOt^T, with tokens contiguous and every document starting at a multiple of
 16 columns (layout.py), so their tiles load as 16-byte vectors.
+On the GPU, dQ runs in Gluon (attn_dq_gluon.py) and so does dK/dV where documents are short
+(attn_dkdv_gluon.py, ``AttnTiles.dkdv_in_gluon``); both equal these kernels bit for bit.
 """
 import math
 
@@ -27,6 +29,7 @@ from ..formats.hadamard import HADAMARD_DIMS
 from ..masks import effective_window
 from ..validation import INPUT_DTYPES
 from .configs import SUPPORTED_HEAD_DIMS, AttnTiles
+from .attn_dkdv_gluon import dkdv_descriptors, dkdv_gluon_kernel, query_record_layout
 from .attn_dq_gluon import dq_descriptors, dq_gluon_kernel
 from .bwd_math import (doc_bounds, grad_scores, masked_step, query_factors, reciprocal_pow2, row_scaled_codes,
                        step_range, store_dq)
@@ -113,7 +116,7 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_r
     b_do = _load_rows(p_do, o_i, m_i, heads_q * D, D, MASK)  # [BM, D]
     b_qt = _load_cols(p_qt, o_i, span_q, tq_t, D, MASK)  # [D, BM]
     b_dott = _load_cols(p_dott, o_i, span_q, tq_t, D, MASK)  # [D, BM]
-    qg, qry = query_factors(query_fields(p_rec, o_i, m_i, MASK))
+    qg, qry = query_factors(query_fields(p_rec, o_i, tl.arange(0, 4), m_i, MASK))
     # dOt^ has one exponent per query step: read it at the step's first row (inside the document).
     e_dot = tl.load(p_dote + tl.cast(i0, tl.int64) * heads_q).to(tl.int32)
     b_zero = tl.zeros([b_k.shape[0], BM], dtype=tl.float32)
@@ -241,7 +244,7 @@ def _dq_kernel(p_q, p_k, p_kt, p_v, p_do, p_rec, p_krec, p_cu_q, p_cu_k, p_cu_qt
     o_qd = (q_start * heads_q + h_q) * D
     b_q = _load_rows(p_q + o_qd, o_i, m_i, heads_q * D, D, True)  # [BM, D]
     b_do = _load_rows(p_do + o_qd, o_i, m_i, heads_q * D, D, True)  # [BM, D]
-    qg, qry = query_factors(query_fields(p_rec + (h_q * total_q + q_start) * 4, o_i, m_i, True))
+    qg, qry = query_factors(query_fields(p_rec + (h_q * total_q + q_start) * 4, o_i, tl.arange(0, 4), m_i, True))
     qx = s2 * qg  # s2 rides on the query's factor, fixed for the whole tile
     o_kv = (k_start * heads_kv + h_k) * D
     p_rows = (p_k + o_kv, p_v + o_kv)
@@ -343,14 +346,27 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     # (zeroed here, inside the captured call), which one more pass scales and stores.
     dq_sums = torch.zeros((tq, hq, d), dtype=torch.float32, device=dev) if tiles.dq_atomic else dq
     work = tile_list(cu_seqlens_k, tk, tiles.bwd_block_n, reverse=False)
-    key_fac = key_factor_records(k_exps, v_exps)
     records = query_records(q_exps, do_exps, pv, m, ro, delta, sigma)
-    _dkdv_kernel[(work.shape[1], hkv)](q_codes, q_codes_t, k_codes, k_codes_t, v_codes, do_codes,
-                                       dot_codes_t, dot_exps, records, key_fac, cu_seqlens_q, cu_seqlens_k,
-                                       cu_seqlens_q_t, cu_seqlens_k_t, work, work.shape[1], dk, dv, dq_sums,
-                                       tq_t=tq_t, tk_t=tk_t, BM=tiles.bwd_block_m, BN=tiles.bwd_block_n,
-                                       DQ_ATOMIC=tiles.dq_atomic, num_warps=tiles.bwd_warps,
-                                       num_stages=tiles.bwd_stages, **args)
+    if key_rec is None:
+        key_rec = key_records(k_exps, v_exps)
+    check_operand("key_rec", key_rec, i32, (hkv, tk))
+    gluon_args = {k: v for k, v in args.items() if k != "INTERPRET"}
+    if tiles.dkdv_in_gluon(tk, cu_seqlens_k.shape[0] - 1) and not interpreting():
+        descs = dkdv_descriptors(q_codes, do_codes, q_codes_t, dot_codes_t, records, k_codes, v_codes,
+                                 tiles.bwd_block_m, tiles.bwd_block_n)
+        dkdv_gluon_kernel[(work.shape[1], hkv)](*descs, dot_exps, key_rec, cu_seqlens_q, cu_seqlens_k,
+                                                cu_seqlens_q_t, cu_seqlens_k_t, work, work.shape[1], dk, dv,
+                                                BM=tiles.bwd_block_m, BN=tiles.bwd_block_n, STAGES=tiles.bwd_stages,
+                                                REC_L=query_record_layout(tiles.bwd_block_m),
+                                                num_warps=tiles.bwd_warps, **gluon_args)
+    else:
+        _dkdv_kernel[(work.shape[1], hkv)](q_codes, q_codes_t, k_codes, k_codes_t, v_codes, do_codes,
+                                           dot_codes_t, dot_exps, records, key_factor_records(k_exps, v_exps),
+                                           cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, work,
+                                           work.shape[1], dk, dv, dq_sums,
+                                           tq_t=tq_t, tk_t=tk_t, BM=tiles.bwd_block_m, BN=tiles.bwd_block_n,
+                                           DQ_ATOMIC=tiles.dq_atomic, num_warps=tiles.bwd_warps,
+                                           num_stages=tiles.bwd_stages, **args)
     if tiles.dq_atomic:
         grid = (triton.cdiv(tq, tiles.dq_block_m), hq)
         # the dQ kernel's epilogue constants, from the same dict
@@ -359,16 +375,12 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
         _dq_finish_kernel[grid](dq_sums, dq, BM=tiles.dq_block_m, **epilogue)
         return dq, dk, dv
     work = tile_list(cu_seqlens_q, tq, tiles.dq_block_m, reverse=True)
-    if key_rec is None:
-        key_rec = key_records(k_exps, v_exps)
-    check_operand("key_rec", key_rec, i32, (hkv, tk))
     if tiles.dq_gluon and not interpreting():
         descs = dq_descriptors(q_codes, do_codes, k_codes, v_codes, k_codes_t, tiles.dq_block_m, tiles.dq_block_n)
-        dq_args = {k: v for k, v in args.items() if k != "INTERPRET"}
         dq_gluon_kernel[(work.shape[1], hq)](*descs, records, key_rec, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t,
                                              cu_seqlens_k_t, work, work.shape[1], dq, BM=tiles.dq_block_m,
                                              BN=tiles.dq_block_n, SCALE_BLOCK=scale_block, STAGES=tiles.dq_stages,
-                                             num_warps=tiles.dq_warps, **dq_args)
+                                             num_warps=tiles.dq_warps, **gluon_args)
         return dq, dk, dv
     _dq_kernel[(work.shape[1], hq)](q_codes, k_codes, k_codes_t, v_codes, do_codes, records, key_rec,
                                     cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, work, work.shape[1],

@@ -61,6 +61,18 @@ class AttnTiles:
     # dQ in Gluon (attn_dq_gluon.py) on the GPU, on the same terms: 4 warps, 64-row tiles,
     # key steps a multiple of 32.
     dq_gluon: bool = True
+    # dK/dV in Gluon (attn_dkdv_gluon.py) on the GPU, where documents average fewer than
+    # ``dkdv_gluon_below`` tokens (``dkdv_in_gluon``): 4 warps, 64-key tiles, query steps a
+    # multiple of 32; dQ through atomics stays with the Triton kernel. Both give the same bits.
+    # Its step costs more than the Triton kernel's (704 SASS instructions against 594: TMA
+    # issue and its barriers) and its program less (TMA prologue, masked steps), so it wins
+    # on many short documents. CUDA ms of the kernel, Gluon / Triton (H200, 2026-11-30,
+    # interleaved medians of 5 rounds, benchmarks/results/2026-11-30-h200-s9 call 3), with
+    # the workload's mean tokens per document: skew8k+224x256 (291) 2.254 / 2.359,
+    # skew8k+32x256 (496) 1.485 / 1.613, logu11-16k (1489) 1.090 / 1.174, logu29-64k (2260)
+    # 5.616 / 6.092; eq4x4k (4096) 1.453 / 1.394, eq8x8k (8192) 10.51 / 9.99.
+    dkdv_gluon: bool = True
+    dkdv_gluon_below: int = 3072
     # dQ from the dK/dV kernel's tiles, added with fp32 atomics (5 MMAs per pair instead of
     # 7, no dQ kernel; dQ's summation order then varies from run to run). The dQ payload's
     # scale spans the key tile, hence dq_block_n == bwd_block_n. Off: slower on the same
@@ -70,7 +82,18 @@ class AttnTiles:
     # kernel's whole recompute does.
     dq_atomic: bool = False
 
+    def dkdv_in_gluon(self, total_k: int, num_docs: int) -> bool:
+        """Whether dK/dV runs the Gluon kernel on a batch of total_k keys in num_docs
+        documents (host values: no synchronisation)."""
+        return self.dkdv_gluon and total_k < self.dkdv_gluon_below * num_docs
+
     def __post_init__(self):
+        if self.dkdv_gluon and (self.bwd_block_n, self.bwd_warps, self.bwd_block_m % 32, self.dq_atomic) != (
+                64, 4, 0, False):
+            raise ValueError(f"dkdv_gluon: the Gluon dK/dV kernel runs 4 warps on 64-key tiles, query steps a "
+                             f"multiple of 32 and no dQ atomics, got bwd_block_n={self.bwd_block_n}, "
+                             f"bwd_warps={self.bwd_warps}, bwd_block_m={self.bwd_block_m}, "
+                             f"dq_atomic={self.dq_atomic}; set dkdv_gluon=False for the Triton kernel")
         if self.dq_gluon and (self.dq_block_m, self.dq_warps, self.dq_block_n % 32) != (64, 4, 0):
             raise ValueError(f"dq_gluon: the Gluon dQ kernel runs 4 warps on 64-row tiles and key steps a multiple "
                              f"of 32, got dq_block_m={self.dq_block_m}, dq_warps={self.dq_warps}, "
