@@ -206,12 +206,8 @@ GLUON_DQ_CASES = {**{name: (*case[:6], "mxfp8") for name, case in CASES.items()}
                   "long-per-token": ((700, 300), None, (2, 2), 128, True, (-1, -1), "mxfp8-exact")}
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("name", list(GLUON_DQ_CASES))
-def test_gluon_dq_equals_triton(name):
-    """The Gluon dQ kernel (attn_dq_gluon.py) and the Triton one on the same operands and
-    tiles: dQ equal bit for bit."""
+def _gluon_case(name):
+    """The backward launcher's arguments on GLUON_DQ_CASES[name] (the emulator's forward)."""
     lens_q, lens_k, (hq, hkv), d, causal, window, recipe = GLUON_DQ_CASES[name]
     lens_k = lens_k or lens_q
     g = torch.Generator().manual_seed(len(name))
@@ -219,7 +215,16 @@ def test_gluon_dq_equals_triton(name):
     k, v = (torch.randn(sum(lens_k), hkv, d, generator=g).to(DEVICE, torch.bfloat16) for _ in range(2))
     fwd = emulate_forward(q, k, v, cu_seqlens(lens_q), cu_seqlens(lens_k), max(lens_q), max(lens_k), causal=causal,
                           softmax_scale=d**-0.5, window_size=window, recipe=recipe, tiles=AttnTiles())
-    args, kwargs = kernel_inputs(fwd, do)
+    return kernel_inputs(fwd, do)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name", list(GLUON_DQ_CASES))
+def test_gluon_dq_equals_triton(name):
+    """The Gluon dQ kernel (attn_dq_gluon.py) and the Triton one on the same operands and
+    tiles: dQ equal bit for bit."""
+    args, kwargs = _gluon_case(name)
     got = attention_backward(*args, **kwargs)[0]
     want = attention_backward(*args, **{**kwargs, "tiles": replace(AttnTiles(), dq_gluon=False)})[0]
     assert torch.equal(got, want), f"dQ: {(got != want).sum().item()} of {got.numel()} differ"
@@ -231,14 +236,7 @@ def test_gluon_dq_equals_triton(name):
 def test_gluon_dkdv_equals_triton(name):
     """The Gluon dK/dV kernel (attn_dkdv_gluon.py) and the Triton one on the same operands and
     tiles: dK and dV equal bit for bit."""
-    lens_q, lens_k, (hq, hkv), d, causal, window, recipe = GLUON_DQ_CASES[name]
-    lens_k = lens_k or lens_q
-    g = torch.Generator().manual_seed(len(name))
-    q, do = (torch.randn(sum(lens_q), hq, d, generator=g).to(DEVICE, torch.bfloat16) for _ in range(2))
-    k, v = (torch.randn(sum(lens_k), hkv, d, generator=g).to(DEVICE, torch.bfloat16) for _ in range(2))
-    fwd = emulate_forward(q, k, v, cu_seqlens(lens_q), cu_seqlens(lens_k), max(lens_q), max(lens_k), causal=causal,
-                          softmax_scale=d**-0.5, window_size=window, recipe=recipe, tiles=AttnTiles())
-    args, kwargs = kernel_inputs(fwd, do)
+    args, kwargs = _gluon_case(name)
     got = attention_backward(*args, **{**kwargs, "tiles": replace(AttnTiles(), dkdv_gluon_below=1 << 30)})[1:]
     want = attention_backward(*args, **{**kwargs, "tiles": replace(AttnTiles(), dkdv_gluon=False)})[1:]
     for what, a, b in zip(("dK", "dV"), got, want):
