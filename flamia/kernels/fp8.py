@@ -95,7 +95,7 @@ def mul_rn(x, y, INTERPRET: tl.constexpr):
     """x * y in fp32, rounded on its own (broadcast like ``*``). ptxas contracts a product and
     an add that uses it into one fma, which rounds once, and which product of a pair stays
     unrounded follows the register layout: before the Hadamard rotate-back both the Triton
-    dK/dV epilogue and a Gluon one with a row per thread (branch next/gluon-dkdv) had their
+    dK/dV epilogue and the Gluon one (attn_dkdv_gluon.py, a row per thread) had their
     scale products contracted into the first butterfly, and their fp32 dK differed in 139k
     of 256k values (H200, 2026-11-30). ``mul.rn`` is never contracted: every kernel rounds
     the product as the emulator does."""
