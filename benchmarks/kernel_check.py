@@ -197,13 +197,13 @@ def speed(report, names):
     report["speed"] = rows
 
 
-# One change at a time from configs.py's tiles (v8: the Gluon forward; one warpgroup per backward program;
-# each entry must stay a valid AttnTiles, e.g. dq_atomic needs dq_block_n == bwd_block_n).
+# One change at a time from configs.py's tiles (v9: the Gluon forward, dQ and dK/dV; one warpgroup per backward
+# program; each entry must stay a valid AttnTiles, e.g. dq_atomic needs dq_block_n == bwd_block_n).
 TUNE = [dict(), dict(fwd_gluon=False), dict(fwd_block_n=64), dict(fwd_stages=2), dict(fwd_stages=4),
-        dict(bwd_block_m=64), dict(bwd_block_n=128, bwd_warps=8, dkdv_gluon=False), dict(bwd_stages=3),
-        dict(bwd_stages=5),
+        dict(bwd_block_m=32, bwd_stages=4), dict(dkdv_gluon=False), dict(bwd_block_m=32, bwd_stages=4, dkdv_gluon=False),
+        dict(bwd_block_n=128, bwd_warps=8, dkdv_gluon=False), dict(bwd_stages=3),
         dict(dq_gluon=False), dict(dq_block_m=128, dq_warps=8, dq_gluon=False), dict(dq_block_n=128), dict(dq_stages=2),
-        dict(dq_atomic=True, dkdv_gluon=False), dict(dkdv_gluon_below=1 << 30)]
+        dict(dq_atomic=True, dkdv_gluon=False)]
 
 
 def tune(report, only="", name="eq8x8k"):

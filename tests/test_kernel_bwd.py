@@ -206,15 +206,16 @@ GLUON_DQ_CASES = {**{name: (*case[:6], "mxfp8") for name, case in CASES.items()}
                   "long-per-token": ((700, 300), None, (2, 2), 128, True, (-1, -1), "mxfp8-exact")}
 
 
-def _gluon_case(name):
-    """The backward launcher's arguments on GLUON_DQ_CASES[name] (the emulator's forward)."""
+def _gluon_case(name, tiles=AttnTiles()):
+    """The backward launcher's arguments on GLUON_DQ_CASES[name] (the emulator's forward), for
+    ``tiles``."""
     lens_q, lens_k, (hq, hkv), d, causal, window, recipe = GLUON_DQ_CASES[name]
     lens_k = lens_k or lens_q
     g = torch.Generator().manual_seed(len(name))
     q, do = (torch.randn(sum(lens_q), hq, d, generator=g).to(DEVICE, torch.bfloat16) for _ in range(2))
     k, v = (torch.randn(sum(lens_k), hkv, d, generator=g).to(DEVICE, torch.bfloat16) for _ in range(2))
     fwd = emulate_forward(q, k, v, cu_seqlens(lens_q), cu_seqlens(lens_k), max(lens_q), max(lens_k), causal=causal,
-                          softmax_scale=d**-0.5, window_size=window, recipe=recipe, tiles=AttnTiles())
+                          softmax_scale=d**-0.5, window_size=window, recipe=recipe, tiles=tiles)
     return kernel_inputs(fwd, do)
 
 
@@ -232,24 +233,17 @@ def test_gluon_dq_equals_triton(name):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("step", [64, 32], ids=["64-query-steps", "32-query-steps"])
 @pytest.mark.parametrize("name", list(GLUON_DQ_CASES))
-def test_gluon_dkdv_equals_triton(name):
+def test_gluon_dkdv_equals_triton(name, step):
     """The Gluon dK/dV kernel (attn_dkdv_gluon.py) and the Triton one on the same operands and
-    tiles: dK and dV equal bit for bit."""
-    args, kwargs = _gluon_case(name)
-    got = attention_backward(*args, **{**kwargs, "tiles": replace(AttnTiles(), dkdv_gluon_below=1 << 30)})[1:]
-    want = attention_backward(*args, **{**kwargs, "tiles": replace(AttnTiles(), dkdv_gluon=False)})[1:]
+    tiles: dK and dV equal bit for bit, with query steps of 64 (two halves per step) and 32."""
+    args, kwargs = _gluon_case(name, replace(AttnTiles(), bwd_block_m=step))
+    tiles = kwargs["tiles"]
+    got = attention_backward(*args, **kwargs)[1:]
+    want = attention_backward(*args, **{**kwargs, "tiles": replace(tiles, dkdv_gluon=False)})[1:]
     for what, a, b in zip(("dK", "dV"), got, want):
         assert torch.equal(a, b), f"{what}: {(a != b).sum().item()} of {a.numel()} differ"
-
-
-def test_dkdv_kernel_follows_the_mean_document_length():
-    """The Gluon dK/dV runs where documents average fewer than dkdv_gluon_below tokens (its
-    per-program cost is lower, its per-step cost higher: configs.py has the measurements)."""
-    tiles = AttnTiles()
-    assert tiles.dkdv_in_gluon(65536, 29) and tiles.dkdv_in_gluon(65536, 225)  # logu29-64k, skew8k+224x256
-    assert not tiles.dkdv_in_gluon(16384, 4) and not tiles.dkdv_in_gluon(65536, 8)  # eq4x4k, eq8x8k
-    assert not replace(tiles, dkdv_gluon=False).dkdv_in_gluon(65536, 225)
 
 
 def test_folded_payload_gives_the_contract_codes():

@@ -16,8 +16,8 @@ body as the others with the mask (and the masked loads) compiled out.
 Hopper's FP8 MMA needs K-major operands, hence the transposed inputs: dK reads Q^T, dQ reads
 K^T and dV reads dOt^T, with tokens contiguous and every document starting at a multiple of
 16 columns (layout.py), so their tiles load as 16-byte vectors.
-On the GPU, dQ runs in Gluon (attn_dq_gluon.py) and so does dK/dV where documents are short
-(attn_dkdv_gluon.py, ``AttnTiles.dkdv_in_gluon``); both equal these kernels bit for bit.
+On the GPU, dQ and dK/dV run in Gluon (attn_dq_gluon.py, attn_dkdv_gluon.py); both equal these
+kernels bit for bit.
 """
 import math
 
@@ -351,13 +351,13 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
         key_rec = key_records(k_exps, v_exps)
     check_operand("key_rec", key_rec, i32, (hkv, tk))
     gluon_args = {k: v for k, v in args.items() if k != "INTERPRET"}
-    if tiles.dkdv_in_gluon(tk, cu_seqlens_k.shape[0] - 1) and not interpreting():
+    if tiles.dkdv_gluon and not interpreting():
         descs = dkdv_descriptors(q_codes, do_codes, q_codes_t, dot_codes_t, records, k_codes, v_codes,
                                  tiles.bwd_block_m, tiles.bwd_block_n)
         dkdv_gluon_kernel[(work.shape[1], hkv)](*descs, dot_exps, key_rec, cu_seqlens_q, cu_seqlens_k,
                                                 cu_seqlens_q_t, cu_seqlens_k_t, work, work.shape[1], dk, dv,
                                                 BM=tiles.bwd_block_m, BN=tiles.bwd_block_n, STAGES=tiles.bwd_stages,
-                                                REC_L=query_record_layout(tiles.bwd_block_m),
+                                                REC_L=query_record_layout(32),
                                                 num_warps=tiles.bwd_warps, **gluon_args)
     else:
         _dkdv_kernel[(work.shape[1], hkv)](q_codes, q_codes_t, k_codes, k_codes_t, v_codes, do_codes,

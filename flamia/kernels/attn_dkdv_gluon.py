@@ -1,26 +1,32 @@
-"""The dK/dV kernel of ``attn_bwd.py`` in Gluon, for Hopper: the GPU's dK/dV where documents
-are short (``AttnTiles.dkdv_in_gluon``).
+"""The dK/dV kernel of ``attn_bwd.py`` in Gluon, for Hopper: the GPU's dK/dV.
 
 A program holds one key tile (K^, V^ [BN, D] in shared memory: the A operands of S^T = K^ Q^T
 and dP^T = V^ dO^T, where the Triton kernel keeps them in 32 registers) and visits the query
 steps of its GQA group's heads. Each step's Q^, dO^ [BM, D] and Q^T, dOt^T [D, BM] arrive by
 TMA with their query records, STAGES - 1 steps ahead; a thread reads each record as one
 16-byte load from shared memory, in a layout whose split fields are the S^T accumulator's
-columns (``query_record_layout``). The four products are asynchronous FP8 wgmma, each waited
-for before its result is added. Offline (Triton 3.6): 255 registers, 2 spill instructions
-(the Triton kernel: 16), 704 SASS instructions per unmasked step (the Triton kernel: 594;
-the difference is TMA issue with the barriers Triton 3.6 puts around it, and the step
-bookkeeping). A program starts cheaper (TMA, no per-thread addresses) and its masked steps
-are cheaper, so it wins where programs are short: on the H200 (2026-11-30) it is 4-8%
-faster on the packed workloads and 4-5% slower on equal 4k and 8k documents (configs.py).
-Tried and measured worse: the next step's S^T and dP^T issued before the dK payload
-(waited for with it: 4-14% slower) or queued behind the dK tile (318 spill instructions), the
-records' document-end select on masked steps only (5 spills; 1-6% slower, in another run).
+columns (``query_record_layout``). All products are asynchronous FP8 wgmma.
+
+A step of 64 queries (``bwd_block_m``, the numerics' query step) runs S^T and dP^T in two
+halves of 32, the second half's issued under the first half's payload, and chains dV's and
+dK's products over both halves in one fresh accumulator each (the Triton kernel's K = 64
+products, instruction for instruction), with one row scale of the dK payload over the step
+(``_pair_scaled_codes``). The halves keep the live registers of a 32-query step (64-query S^T
+and dP^T tiles spilled 198 instructions), while each step's accumulator adds, copies and
+bookkeeping serve twice the queries: 1188 SASS instructions per unmasked 64-query step
+(Triton 3.6, offline) against 704 per 32-query step, and 3-10% less CUDA time than the
+Triton kernel on 32-query steps on every workload (configs.py has the figures).
+Tried and measured worse: at 32-query steps, the next step's S^T and dP^T issued before the
+dK payload (waited for with it: 4-14% slower) or queued behind the dK tile (318 spill
+instructions), the records' document-end select on masked steps only (5 spills); a TMA
+producer warp (branch ``next/dkdv-producer``: Triton 3.6 gives the MMA warps 256 registers,
+so one program per SM, 21-30% slower).
 
 The step order (per head, the full steps then the masked ones), the payload
 (``bwd_math.grad_scores``, ``row_scaled_codes``) and the wgmma shapes are the Triton kernel's,
-so dK and dV equal its bit for bit (the GPU test ``test_gluon_dkdv_equals_triton``, 9 cases).
-dQ through atomics (``AttnTiles.dq_atomic``) stays with the Triton kernel.
+so dK and dV equal its bit for bit (the GPU test ``test_gluon_dkdv_equals_triton``, 9 cases
+at 64- and at 32-query steps). dQ through atomics (``AttnTiles.dq_atomic``) stays with the
+Triton kernel.
 """
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -28,7 +34,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from .bwd_math import doc_bounds, grad_scores, masked_step, query_factors, reciprocal_pow2, row_scaled_codes, step_range
-from .fp8 import mul_rn, pow2, to_output
+from .fp8 import E4M3_EQ, E4M3_MQ, mul_rn, pow2, scale_exponent, to_e4m3, to_output
 from .gluon_tma import WARPS, copy_barriers, fp8_descriptors, tma_load
 from .hadamard import rotate
 from .records import past_record, query_record_fields, record_factors
@@ -83,13 +89,44 @@ def _copy_step(g, t, slot, n_full, lo, full_lo, full_hi, h_k, q_row, q_col_t, to
 
 
 @gluon.jit
-def _issue_scores(k_s, v_s, q_s, do_s, bars, n, STAGES: gl.constexpr, b_zero):
-    """Wait for the n-th step's copies and start S^T = K^ Q^T and dP^T = V^ dO^T [BN, BM]."""
+def _issue_half(k_s, v_s, q_s, do_s, slot, h, SUB: gl.constexpr, b_zero):
+    """Start S^T = K^ Q^T and dP^T = V^ dO^T [BN, SUB] on queries h SUB.. of the step in ``slot``."""
+    b_st = warpgroup_mma(k_s, q_s.index(slot).slice(h * SUB, SUB).permute((1, 0)), b_zero, use_acc=False,
+                         is_async=True)
+    b_dpt = warpgroup_mma(v_s, do_s.index(slot).slice(h * SUB, SUB).permute((1, 0)), b_zero, use_acc=False,
+                          is_async=True)
+    return b_st, b_dpt
+
+
+@gluon.jit
+def _issue_scores(k_s, v_s, q_s, do_s, bars, n, STAGES: gl.constexpr, SUB: gl.constexpr, b_zero):
+    """Wait for the n-th step's copies and start its first half's S^T and dP^T (``_issue_half``)."""
     slot = n % STAGES
     mbarrier.wait(bars.index(slot), (n // STAGES) & 1)
-    b_st = warpgroup_mma(k_s, q_s.index(slot).permute((1, 0)), b_zero, use_acc=False, is_async=True)
-    b_dpt = warpgroup_mma(v_s, do_s.index(slot).permute((1, 0)), b_zero, use_acc=False, is_async=True)
-    return b_st, b_dpt
+    return _issue_half(k_s, v_s, q_s, do_s, slot, 0, SUB, b_zero)
+
+
+@gluon.jit
+def _half_payload(b_st, b_dpt, rec_s, i0, len_q, sx, vf, o_j, o_k, geo, masked, o_f4_past, REC_L: gl.constexpr,
+                  QRY: gl.constexpr):
+    """P^T codes and W^T [BN, SUB] of the queries i0 + o_j from their scores and records rec_s
+    [SUB, 4] in shared memory (``grad_scores``)."""
+    o_ir = i0 + gl.arange(0, rec_s.shape[0], layout=gl.SliceLayout(1, REC_L))
+    rec = gl.where((o_ir < len_q)[:, None], rec_s.load(REC_L), o_f4_past)  # [SUB, 4] int32
+    m_q, rq, deltad, qg, rf = query_record_fields(rec)
+    qg, qry = query_factors((_columns(m_q, QRY), _columns(rq, QRY), _columns(deltad, QRY), _columns(qg, QRY),
+                             _columns(rf, QRY)))
+    return grad_scores(b_st, b_dpt, sx, qg, qry, vf, i0 + o_j, o_k, geo, 1, masked, False)
+
+
+@gluon.jit
+def _pair_scaled_codes(b_w0, b_w1):
+    """``row_scaled_codes`` of the row-wise concatenation [b_w0 | b_w1]: one exponent per row
+    from both halves' maxima, the halves' codes and the factors 2^e."""
+    amax = gl.maximum(gl.max(gl.abs(b_w0), axis=1), gl.max(gl.abs(b_w1), axis=1))
+    e = scale_exponent(amax, E4M3_EQ, E4M3_MQ)                       # [BN]
+    f = pow2(-e)[:, None]
+    return to_e4m3(b_w0 * f, False), to_e4m3(b_w1 * f, False), pow2(e)
 
 
 @gluon.jit
@@ -100,8 +137,10 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
     """``attn_bwd._dkdv_kernel``'s arguments and outputs without DQ_ATOMIC (BN = 64, 4 warps),
     with Q^, dO^ ([Tq, Hq D] by [BM, D]), Q^T, dOt^T ([Hq D, Tq_t] by [D, BM]) and K^, V^
     ([Tk, Hkv D] by [BN, D]) as TMA descriptors, p_krec the ``key_records`` words, and REC_L
-    (``query_record_layout``) the layout of a step's [BM, 4] query records."""
-    S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, BM, 32])
+    (``query_record_layout(32)``) the layout of a half-step's [32, 4] query records. BM is 32
+    or 64 (``AttnTiles`` checks it)."""
+    SUB: gl.constexpr = 32  # queries per S^T, dP^T product: a step of BM queries takes BM / SUB of them
+    S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, SUB, 32])
     O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, D, 32])
     A_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=4)
     KEY: gl.constexpr = gl.SliceLayout(1, S_L)    # per key (rows of S^T)
@@ -155,47 +194,58 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
                                     other=(127 << 23) | (127 << 15)))
     vinv = reciprocal_pow2(vf)
     sx = s2 * kf  # s2 rides on the key's factor, fixed for the whole tile
-    o_j = gl.arange(0, BM, layout=QRY)                               # [BM]
+    o_j = gl.arange(0, SUB, layout=QRY)                              # [SUB]
     o_f4_past = past_record(gl.arange(0, 4, layout=gl.SliceLayout(0, REC_L)))  # [1, 4]
     acc_dk = gl.zeros([BN, D], gl.float32, layout=O_L)
     acc_dv = gl.zeros([BN, D], gl.float32, layout=O_L)
-    b_zero_s = gl.zeros([BN, BM], gl.float32, layout=S_L)
+    b_zero_s = gl.zeros([BN, SUB], gl.float32, layout=S_L)
     b_zero_o = gl.zeros([BN, D], gl.float32, layout=O_L)
 
     mbarrier.wait(bars.index(STAGES), 0)
-    s_nxt, dp_nxt = _issue_scores(k_s, v_s, q_s, do_s, bars, 0, STAGES, b_zero_s)
+    s_nxt, dp_nxt = _issue_scores(k_s, v_s, q_s, do_s, bars, 0, STAGES, SUB, b_zero_s)
     g_now, t_now = 0, 0  # the loop's head and step
     for n in range(n_steps):
         slot = n % STAGES
         j, masked = _query_step(t_now, n_full, lo, full_lo, full_hi)
         h_q = h_k * GROUP + g_now
-        o_i = j * BM + o_j                                           # [BM] query positions
         # dOt^ has one exponent per query step: read it at the step's first row (inside the document).
         e_dot = gl.load(p_dote + (q_start + j * BM) * heads_q + h_q).to(gl.int32)
-        b_st, b_dpt = warpgroup_mma_wait(0, deps=(s_nxt, dp_nxt))   # [BN, BM] S^T, dP^T before their factors
-        # The step's records (copied with its codes; the barrier _issue_scores waited on covers them).
-        o_ir = j * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, REC_L))
-        rec = gl.where((o_ir < len_q)[:, None], rec_s.index(slot).load(REC_L), o_f4_past)  # [BM, 4] int32
-        m_q, rq, deltad, qg, rf = query_record_fields(rec)
-        qg, qry = query_factors((_columns(m_q, QRY), _columns(rq, QRY), _columns(deltad, QRY), _columns(qg, QRY),
-                                 _columns(rf, QRY)))
+        b_st, b_dpt = warpgroup_mma_wait(0, deps=(s_nxt, dp_nxt))   # [BN, SUB] S^T, dP^T before their factors
+        if BM == 2 * SUB:  # the second half's products run under the first half's payload
+            s_nxt, dp_nxt = _issue_half(k_s, v_s, q_s, do_s, slot, 1, SUB, b_zero_s)
+        # The step's records came with its codes (the barrier _issue_scores waited on covers them).
+        b_pc0, b_w0 = _half_payload(b_st, b_dpt, rec_s.index(slot).slice(0, SUB), j * BM, len_q, sx, vf, o_j, o_k,
+                                    geo, masked, o_f4_past, REC_L, QRY)
+        if BM == 2 * SUB:
+            b_st, b_dpt = warpgroup_mma_wait(0, deps=(s_nxt, dp_nxt))
+            b_pc1, b_w1 = _half_payload(b_st, b_dpt, rec_s.index(slot).slice(SUB, SUB), j * BM + SUB, len_q, sx, vf,
+                                        o_j, o_k, geo, masked, o_f4_past, REC_L, QRY)
         # The slot step n - 1 used is free: its products have completed.
         _copy_step(g, t, (n + STAGES - 1) % STAGES, n_full, lo, full_lo, full_hi, h_k, q_row, q_col_t, total_q,
                    GROUP, BM, D, descs, smem, bars)
         g, t = _next(g, t, n_head)
         g_now, t_now = _next(g_now, t_now, n_head)
-        b_pct, b_wt = grad_scores(b_st, b_dpt, sx, qg, qry, vf, o_i, o_k, geo, 1, masked, False)
-        b_dv = warpgroup_mma(gl.convert_layout(b_pct, A_L), dott_s.index(slot).permute((1, 0)), b_zero_o,
-                             use_acc=False, is_async=True)
+        # dV's product over the step's queries, its halves chained in one fresh accumulator
+        b_dv = warpgroup_mma(gl.convert_layout(b_pc0, A_L), dott_s.index(slot).slice(0, SUB, dim=1).permute((1, 0)),
+                             b_zero_o, use_acc=False, is_async=True)
+        if BM == 2 * SUB:
+            b_dv = warpgroup_mma(gl.convert_layout(b_pc1, A_L),
+                                 dott_s.index(slot).slice(SUB, SUB, dim=1).permute((1, 0)), b_dv, is_async=True)
         b_dv = warpgroup_mma_wait(0, deps=(b_dv,))                  # [BN, D]
         acc_dv = acc_dv + b_dv * pow2(e_dot)
         # dK's payload rows are keys: 2^eK and 2^-eV are constant along a row, the epilogue's.
-        b_gc, b_f = row_scaled_codes(b_wt, False)                    # W^T is G^T 2^(eV - eK)
-        b_dk = warpgroup_mma(gl.convert_layout(b_gc, A_L), qt_s.index(slot).permute((1, 0)), b_zero_o,
-                             use_acc=False, is_async=True)
+        if BM == 2 * SUB:                                            # W^T is G^T 2^(eV - eK)
+            b_gc0, b_gc1, b_f = _pair_scaled_codes(b_w0, b_w1)
+        else:
+            b_gc0, b_f = row_scaled_codes(b_w0, False)
+        b_dk = warpgroup_mma(gl.convert_layout(b_gc0, A_L), qt_s.index(slot).slice(0, SUB, dim=1).permute((1, 0)),
+                             b_zero_o, use_acc=False, is_async=True)
+        if BM == 2 * SUB:
+            b_dk = warpgroup_mma(gl.convert_layout(b_gc1, A_L),
+                                 qt_s.index(slot).slice(SUB, SUB, dim=1).permute((1, 0)), b_dk, is_async=True)
         b_dk = warpgroup_mma_wait(0, deps=(b_dk,))                  # [BN, D]
         acc_dk = acc_dk + b_dk * gl.convert_layout(b_f, OKEY)[:, None]
-        s_nxt, dp_nxt = _issue_scores(k_s, v_s, q_s, do_s, bars, n + 1, STAGES, b_zero_s)
+        s_nxt, dp_nxt = _issue_scores(k_s, v_s, q_s, do_s, bars, n + 1, STAGES, SUB, b_zero_s)
     warpgroup_mma_wait(0, deps=(s_nxt, dp_nxt))
     for i in gl.static_range(STAGES - 2):
         mbarrier.wait(bars.index((n_steps + 1 + i) % STAGES), ((n_steps + 1 + i) // STAGES) & 1)

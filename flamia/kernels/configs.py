@@ -40,18 +40,23 @@ class AttnTiles:
     the Gluon forward 3.64 ms of CUDA time against the Triton one's 4.14 (call 4); in it
     (forward launcher medians), 128-key tiles 3.72 against 4.24 with 64-key tiles, 2 stages
     4.37, 64-key tiles with 4 stages 4.28 (call 2). The Gluon dQ 5.61 ms of CUDA time against
-    the Triton one's 5.67, with 2 or 4 stages level (call 5). d=64 is untuned and shares these."""
+    the Triton one's 5.67, with 2 or 4 stages level (call 5). Session 9 (same machine and
+    versions, benchmarks/results/2026-11-30-h200-s9): dK/dV in Gluon on 64-query steps with 2
+    stages (the shared memory of 3 would leave one program per SM), 3-10% less CUDA time than
+    the Triton kernel on 32-query steps on every workload (call 9; the figures are at
+    ``dkdv_gluon``); 32-query steps with 2, 3 or 4 stages were level (call 2). d=64 is untuned
+    and shares these."""
 
     fwd_block_m: int = 64
     fwd_block_n: int = 128
-    bwd_block_m: int = 32
+    bwd_block_m: int = 64
     bwd_block_n: int = 64
     dq_block_m: int = 64
     dq_block_n: int = 64
     fwd_warps: int = 4
     fwd_stages: int = 3
     bwd_warps: int = 4
-    bwd_stages: int = 4
+    bwd_stages: int = 2
     dq_warps: int = 4
     dq_stages: int = 3
     # The forward in Gluon (attn_fwd_gluon.py) on the GPU: one warpgroup on 64-row tiles, key
@@ -61,18 +66,16 @@ class AttnTiles:
     # dQ in Gluon (attn_dq_gluon.py) on the GPU, on the same terms: 4 warps, 64-row tiles,
     # key steps a multiple of 32.
     dq_gluon: bool = True
-    # dK/dV in Gluon (attn_dkdv_gluon.py) on the GPU, where documents average fewer than
-    # ``dkdv_gluon_below`` tokens (``dkdv_in_gluon``): 4 warps, 64-key tiles, query steps a
-    # multiple of 32; dQ through atomics stays with the Triton kernel. Both give the same bits.
-    # Its step costs more than the Triton kernel's (704 SASS instructions against 594: TMA
-    # issue and its barriers) and its program less (TMA prologue, masked steps), so it wins
-    # on many short documents. CUDA ms of the kernel, Gluon / Triton (H200, 2026-11-30,
-    # interleaved medians of 5 rounds, benchmarks/results/2026-11-30-h200-s9 call 3), with
-    # the workload's mean tokens per document: skew8k+224x256 (291) 2.254 / 2.359,
-    # skew8k+32x256 (496) 1.485 / 1.613, logu11-16k (1489) 1.090 / 1.174, logu29-64k (2260)
-    # 5.616 / 6.092; eq4x4k (4096) 1.453 / 1.394, eq8x8k (8192) 10.51 / 9.99.
+    # dK/dV in Gluon (attn_dkdv_gluon.py) on the GPU: 4 warps, 64-key tiles, query steps of
+    # 32 or 64 (a 64-query step runs its S^T and dP^T in two 32-query halves and chains dV's
+    # and dK's products over both); dQ through atomics stays with the Triton kernel. Both give
+    # the same bits. CUDA ms of the kernel, H200, 2026-11-30, interleaved medians (benchmarks/
+    # results/2026-11-30-h200-s9, call 9), Gluon at 64-query steps / Triton at 32 (the shipped
+    # kernel before) / Gluon at 32: eq4x4k 1.337 / 1.395 / 1.466, eq8x8k 9.65 / 9.97 / 10.57,
+    # skew8k+224x256 2.173 / 2.355 / 2.312, logu11-16k 1.062 / 1.176 / 1.122, logu29-64k
+    # 5.51 / 6.13 / 5.88. The Triton kernel at 64-query steps spills (14.6-20.0 ms on eq8x8k,
+    # session 7).
     dkdv_gluon: bool = True
-    dkdv_gluon_below: int = 3072
     # dQ from the dK/dV kernel's tiles, added with fp32 atomics (5 MMAs per pair instead of
     # 7, no dQ kernel; dQ's summation order then varies from run to run). The dQ payload's
     # scale spans the key tile, hence dq_block_n == bwd_block_n. Off: slower on the same
@@ -82,16 +85,11 @@ class AttnTiles:
     # kernel's whole recompute does.
     dq_atomic: bool = False
 
-    def dkdv_in_gluon(self, total_k: int, num_docs: int) -> bool:
-        """Whether dK/dV runs the Gluon kernel on a batch of total_k keys in num_docs
-        documents (host values: no synchronisation)."""
-        return self.dkdv_gluon and total_k < self.dkdv_gluon_below * num_docs
-
     def __post_init__(self):
-        if self.dkdv_gluon and (self.bwd_block_n, self.bwd_warps, self.bwd_block_m % 32, self.dq_atomic) != (
-                64, 4, 0, False):
-            raise ValueError(f"dkdv_gluon: the Gluon dK/dV kernel runs 4 warps on 64-key tiles, query steps a "
-                             f"multiple of 32 and no dQ atomics, got bwd_block_n={self.bwd_block_n}, "
+        if self.dkdv_gluon and (self.bwd_block_n, self.bwd_warps, self.bwd_block_m in (32, 64), self.dq_atomic) != (
+                64, 4, True, False):
+            raise ValueError(f"dkdv_gluon: the Gluon dK/dV kernel runs 4 warps on 64-key tiles, query steps of 32 "
+                             f"or 64 and no dQ atomics, got bwd_block_n={self.bwd_block_n}, "
                              f"bwd_warps={self.bwd_warps}, bwd_block_m={self.bwd_block_m}, "
                              f"dq_atomic={self.dq_atomic}; set dkdv_gluon=False for the Triton kernel")
         if self.dq_gluon and (self.dq_block_m, self.dq_warps, self.dq_block_n % 32) != (64, 4, 0):
