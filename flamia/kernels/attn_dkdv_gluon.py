@@ -120,6 +120,20 @@ def _half_payload(b_st, b_dpt, rec_s, i0, len_q, sx, vf, o_j, o_k, geo, masked, 
 
 
 @gluon.jit
+def _step_product(b_a0, b_a1, b_s, BM: gl.constexpr, A_L: gl.constexpr, b_zero):
+    """A @ B over a step's queries, [BN, D] fp32: the halves' register A operands b_a0, b_a1
+    [BN, 32] (b_a1 unused when BM = 32) against b_s [D, BM] in shared memory (K-major), chained
+    in one fresh accumulator as one K = BM product's instructions."""
+    SUB: gl.constexpr = b_a0.shape[1]
+    acc = warpgroup_mma(gl.convert_layout(b_a0, A_L), b_s.slice(0, SUB, dim=1).permute((1, 0)), b_zero,
+                        use_acc=False, is_async=True)
+    if BM == 2 * SUB:
+        acc = warpgroup_mma(gl.convert_layout(b_a1, A_L), b_s.slice(SUB, SUB, dim=1).permute((1, 0)), acc,
+                            is_async=True)
+    return warpgroup_mma_wait(0, deps=(acc,))
+
+
+@gluon.jit
 def _pair_scaled_codes(b_w0, b_w1):
     """``row_scaled_codes`` of the row-wise concatenation [b_w0 | b_w1]: one exponent per row
     from both halves' maxima, the halves' codes and the factors 2^e."""
@@ -220,30 +234,22 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
             b_st, b_dpt = warpgroup_mma_wait(0, deps=(s_nxt, dp_nxt))
             b_pc1, b_w1 = _half_payload(b_st, b_dpt, rec_s.index(slot).slice(SUB, SUB), j * BM + SUB, len_q, sx, vf,
                                         o_j, o_k, geo, masked, o_f4_past, REC_L, QRY)
+        else:
+            b_pc1, b_w1 = b_pc0, b_w0                                # one half: unused
         # The slot step n - 1 used is free: its products have completed.
         _copy_step(g, t, (n + STAGES - 1) % STAGES, n_full, lo, full_lo, full_hi, h_k, q_row, q_col_t, total_q,
                    GROUP, BM, D, descs, smem, bars)
         g, t = _next(g, t, n_head)
         g_now, t_now = _next(g_now, t_now, n_head)
-        # dV's product over the step's queries, its halves chained in one fresh accumulator
-        b_dv = warpgroup_mma(gl.convert_layout(b_pc0, A_L), dott_s.index(slot).slice(0, SUB, dim=1).permute((1, 0)),
-                             b_zero_o, use_acc=False, is_async=True)
-        if BM == 2 * SUB:
-            b_dv = warpgroup_mma(gl.convert_layout(b_pc1, A_L),
-                                 dott_s.index(slot).slice(SUB, SUB, dim=1).permute((1, 0)), b_dv, is_async=True)
-        b_dv = warpgroup_mma_wait(0, deps=(b_dv,))                  # [BN, D]
+        b_dv = _step_product(b_pc0, b_pc1, dott_s.index(slot), BM, A_L, b_zero_o)  # [BN, D]
         acc_dv = acc_dv + b_dv * pow2(e_dot)
         # dK's payload rows are keys: 2^eK and 2^-eV are constant along a row, the epilogue's.
         if BM == 2 * SUB:                                            # W^T is G^T 2^(eV - eK)
             b_gc0, b_gc1, b_f = _pair_scaled_codes(b_w0, b_w1)
         else:
             b_gc0, b_f = row_scaled_codes(b_w0, False)
-        b_dk = warpgroup_mma(gl.convert_layout(b_gc0, A_L), qt_s.index(slot).slice(0, SUB, dim=1).permute((1, 0)),
-                             b_zero_o, use_acc=False, is_async=True)
-        if BM == 2 * SUB:
-            b_dk = warpgroup_mma(gl.convert_layout(b_gc1, A_L),
-                                 qt_s.index(slot).slice(SUB, SUB, dim=1).permute((1, 0)), b_dk, is_async=True)
-        b_dk = warpgroup_mma_wait(0, deps=(b_dk,))                  # [BN, D]
+            b_gc1 = b_gc0                                            # one half: unused
+        b_dk = _step_product(b_gc0, b_gc1, qt_s.index(slot), BM, A_L, b_zero_o)  # [BN, D]
         acc_dk = acc_dk + b_dk * gl.convert_layout(b_f, OKEY)[:, None]
         s_nxt, dp_nxt = _issue_scores(k_s, v_s, q_s, do_s, bars, n + 1, STAGES, SUB, b_zero_s)
     warpgroup_mma_wait(0, deps=(s_nxt, dp_nxt))
