@@ -60,7 +60,7 @@ def _copy_queries(descs, smem, bars, slot, row, col, row_t, col_t, rec_row):
 
 @gluon.jit
 def _columns(x, QRY: gl.constexpr):
-    """x [BM] in the S^T accumulator's column layout: the same registers (``query_record_layout``)."""
+    """x [32] in the S^T accumulator's column layout (a half-step): the same registers (``query_record_layout``)."""
     return gl.convert_layout(x, QRY, assert_trivial=True)
 
 
