@@ -15,7 +15,7 @@ products, instruction for instruction), with one row scale of the dK payload ove
 and dP^T tiles spilled 198 instructions), while each step's accumulator adds, copies and
 bookkeeping serve twice the queries: 1188 SASS instructions per unmasked 64-query step
 (Triton 3.6, offline) against 704 per 32-query step, and 3-10% less CUDA time than the
-Triton kernel on 32-query steps on every workload (configs.py has the figures).
+Triton kernel on 32-query steps on the five workloads measured (configs.py has the figures).
 Tried and measured worse: at 32-query steps, the next step's S^T and dP^T issued before the
 dK payload (waited for with it: 4-14% slower) or queued behind the dK tile (318 spill
 instructions), the records' document-end select on masked steps only (5 spills); a TMA

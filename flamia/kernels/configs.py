@@ -43,7 +43,7 @@ class AttnTiles:
     the Triton one's 5.67, with 2 or 4 stages level (call 5). Session 9 (same machine and
     versions, benchmarks/results/2026-11-30-h200-s9): dK/dV in Gluon on 64-query steps with 2
     stages (the shared memory of 3 would leave one program per SM), 3-10% less CUDA time than
-    the Triton kernel on 32-query steps on every workload (call 9; the figures are at
+    the Triton kernel on 32-query steps on the five workloads measured (call 9; the figures are at
     ``dkdv_gluon``); 32-query steps with 2, 3 or 4 stages were level (call 2). d=64 is untuned
     and shares these."""
 
