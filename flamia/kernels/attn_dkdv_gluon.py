@@ -35,7 +35,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from .bwd_math import doc_bounds, grad_scores, masked_step, query_factors, reciprocal_pow2, row_scaled_codes, step_range
 from .fp8 import E4M3_EQ, E4M3_MQ, mul_rn, pow2, scale_exponent, to_e4m3, to_output
-from .gluon_tma import WARPS, copy_barriers, fp8_descriptors, tma_load
+from .gluon_tma import WARPS, copy_barriers, fp8_descriptors, tma_load, wait_copy
 from .hadamard import rotate
 from .records import past_record, query_record_fields, record_factors
 from .worklist import program_tile
@@ -101,9 +101,8 @@ def _issue_half(k_s, v_s, q_s, do_s, slot, h, SUB: gl.constexpr, b_zero):
 @gluon.jit
 def _issue_scores(k_s, v_s, q_s, do_s, bars, n, STAGES: gl.constexpr, SUB: gl.constexpr, b_zero):
     """Wait for the n-th step's copies and start its first half's S^T and dP^T (``_issue_half``)."""
-    slot = n % STAGES
-    mbarrier.wait(bars.index(slot), (n // STAGES) & 1)
-    return _issue_half(k_s, v_s, q_s, do_s, slot, 0, SUB, b_zero)
+    wait_copy(bars, n, STAGES)
+    return _issue_half(k_s, v_s, q_s, do_s, n % STAGES, 0, SUB, b_zero)
 
 
 @gluon.jit
@@ -254,7 +253,7 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
         s_nxt, dp_nxt = _issue_scores(k_s, v_s, q_s, do_s, bars, n + 1, STAGES, SUB, b_zero_s)
     warpgroup_mma_wait(0, deps=(s_nxt, dp_nxt))
     for i in gl.static_range(STAGES - 2):
-        mbarrier.wait(bars.index((n_steps + 1 + i) % STAGES), ((n_steps + 1 + i) // STAGES) & 1)
+        wait_copy(bars, n_steps + 1 + i, STAGES)
 
     o_r = k0 + gl.arange(0, BN, layout=gl.SliceLayout(1, ROWS))     # [BN] key positions, a row per thread
     o_d = gl.arange(0, D, layout=gl.SliceLayout(0, ROWS))
