@@ -74,7 +74,10 @@ class AttnTiles:
     # kernel before) / Gluon at 32: eq4x4k 1.337 / 1.395 / 1.466, eq8x8k 9.65 / 9.97 / 10.57,
     # skew8k+224x256 2.173 / 2.355 / 2.312, logu11-16k 1.062 / 1.176 / 1.122, logu29-64k
     # 5.51 / 6.13 / 5.88. The Triton kernel at 64-query steps spills (14.6-20.0 ms on eq8x8k,
-    # session 7).
+    # session 7). Then the query records read without the document-end select (same machine,
+    # session 10 call 2, interleaved medians, before / after): eq4x4k 1.344 / 1.257, eq8x8k
+    # 9.574 / 8.903, skew8k+32x256 1.457 / 1.360, skew8k+224x256 2.180 / 2.099, logu11-16k
+    # 1.061 / 1.004, logu29-64k 5.471 / 5.141.
     dkdv_gluon: bool = True
     # dQ from the dK/dV kernel's tiles, added with fp32 atomics (5 MMAs per pair instead of
     # 7, no dQ kernel; dQ's summation order then varies from run to run). The dQ payload's
