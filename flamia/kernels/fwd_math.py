@@ -67,17 +67,18 @@ def finish_rows(b_l, b_m, b_pv, SIGMA: tl.constexpr):
 
 
 @triton.jit
-def scores_to_codes(b_s, b_qf, b_kf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU: tl.constexpr, MASK,
+def scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU: tl.constexpr, MASK,
                     INTERPRET: tl.constexpr):
-    """NUMERICS.md 3's steps 1 (after the product) to 6 on one tile of raw scores
-    b_s = Q^ K^T [BM, BN] fp32: the factors, the mask (MASK, a constexpr or a runtime flag:
-    rows see keys o_n [BN] in [b_first, b_last] [BM]), the integer running max, exp2, the
-    row sum, the P^ codes with the V fold. Shared by the Triton and the Gluon forwards, so their codes agree bit for bit.
+    """NUMERICS.md 3's steps 1 (after the product) to 6 on one tile of key-scaled scores
+    b_y = (Q^ K^T) * kf[None, :] [BM, BN] fp32 (the caller's multiply, so that a kernel may
+    free the product's registers before its next product): the query factors, the mask
+    (MASK, a constexpr or a runtime flag: rows see keys o_n [BN] in [b_first, b_last] [BM]),
+    the integer running max, exp2, the row sum, the P^ codes with the V fold. Shared by the
+    Triton and the Gluon forwards, so their codes agree bit for bit.
     Returns (P^ [BM, BN] fp8, alpha [BM], l [BM], m [BM])."""
     # x = (S qf) kf of NUMERICS.md 3, in another order with the same bits: qf and kf are
     # powers of two, so y = S kf and y qf are exact, max(x) = qf max(y), and exp2's argument
     # y qf - m is one fused multiply-add (one multiply per score fewer).
-    b_y = b_s * b_kf[None, :]                                       # [BM, BN]
     if MASK:
         m_vis = (o_n[None, :] >= b_first[:, None]) & (o_n[None, :] <= b_last[:, None])  # [BM, BN]
         b_y = tl.where(m_vis, b_y, float("-inf"))
