@@ -246,6 +246,33 @@ def test_gluon_dkdv_equals_triton(name, step):
         assert torch.equal(a, b), f"{what}: {(a != b).sum().item()} of {a.numel()} differ"
 
 
+@pytest.mark.parametrize("sigma", range(9))
+def test_v_fold_as_one_multiply_gives_the_contract_codes(sigma):
+    """NUMERICS.md 4: the backward kernels fold V into the P codes as p (vf rf) (one value of
+    vf rf per query and key block, computed once) where the forward and the contract say
+    (p vf) rf; the E4M3 codes are the same over the range the operands take: p in [0, 2^tau], tau = 8 - sigma the largest the recipe allows,
+    eV in [EXP_MIN, 127 - tau] = [-100, 119 + sigma] and PV in [eV, 127] (the row's prefix max
+    covers every key it sees). Where a code is nonzero both orders are exact; elsewhere both
+    round below 2^-10, to zero. (Above 127 - tau the contract's p vf can overflow to inf and
+    the backward's order cannot; bf16 and fp32 inputs give eV <= 120.)"""
+    g = torch.Generator().manual_seed(sigma)
+    n = 1 << 18
+    tau = 8 - sigma
+    p = torch.exp2(-torch.rand(n, generator=g) * 130) * 2.0**tau   # log-uniform in [2^-130, 2^tau]
+    p[:64] = 0.0
+    p[64:128] = 2.0**tau
+    e_v = torch.randint(-100, 128 - tau, (n,), generator=g)
+    # PV - eV: near 0 for half the draws (nonzero codes), anywhere up to 127 - eV for the rest
+    gap = torch.where(torch.rand(n, generator=g) < 0.5, torch.randint(0, 12, (n,), generator=g),
+                      (torch.rand(n, generator=g) * (128 - e_v)).long())
+    pv = torch.minimum(e_v + gap, torch.full_like(e_v, 127))
+    vf, rf = exp2i(e_v), exp2i(sigma - pv)
+    contract = round_to_e4m3((p * vf) * rf)
+    kernel = round_to_e4m3(p * (vf * rf))
+    assert (contract > 0).float().mean() > 0.05, "the draw reaches the nonzero codes"
+    assert torch.equal(kernel, contract)
+
+
 def test_folded_payload_gives_the_contract_codes():
     """NUMERICS.md 4, where the kernels apply the power-of-two factors: the payloads built
     from W = (P^ rq)(dP^ vf - deltad), with dO's 2^edO and Q's 2^eQ carried by the records'

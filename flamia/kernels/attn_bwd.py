@@ -356,7 +356,8 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
                                  tiles.bwd_block_m, tiles.bwd_block_n)
         dkdv_gluon_kernel[(work.shape[1], hkv)](*descs, dot_exps, key_rec, cu_seqlens_q, cu_seqlens_k,
                                                 cu_seqlens_q_t, cu_seqlens_k_t, work, work.shape[1], dk, dv,
-                                                BM=tiles.bwd_block_m, BN=tiles.bwd_block_n, STAGES=tiles.bwd_stages,
+                                                BM=tiles.bwd_block_m, BN=tiles.bwd_block_n, SCALE_BLOCK=scale_block,
+                                                STAGES=tiles.bwd_stages,
                                                 REC_L=query_record_layout(32),
                                                 num_warps=tiles.bwd_warps, **gluon_args)
     else:

@@ -41,7 +41,7 @@ from .bwd_math import doc_bounds, grad_scores, masked_step, query_factors, recip
 from .fp8 import E4M3_EQ, E4M3_MQ, mul_rn, pow2, scale_exponent, to_e4m3, to_output
 from .gluon_tma import WARPS, copy_barriers, fp8_descriptors, tma_load, wait_copy
 from .hadamard import rotate
-from .records import query_record_fields, record_factors
+from .records import block_key_records, query_record_fields, record_factors
 from .worklist import program_tile
 
 
@@ -150,10 +150,12 @@ def _pair_scaled_codes(b_w0, b_w1):
 def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_desc, p_dote, p_krec, p_cu_q, p_cu_k,
                       p_cu_qt, p_cu_kt, p_work, width, p_dk, p_dv, s2, scale, inv_sqrt_d, wl, wr, total_q, total_k,
                       heads_q, GROUP: gl.constexpr, D: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
-                      STAGES: gl.constexpr, ROTATE_STAGES: gl.constexpr, REC_L: gl.constexpr):
+                      SCALE_BLOCK: gl.constexpr, STAGES: gl.constexpr, ROTATE_STAGES: gl.constexpr,
+                      REC_L: gl.constexpr):
     """``attn_bwd._dkdv_kernel``'s arguments and outputs without DQ_ATOMIC (BN = 64, 4 warps),
     with Q^, dO^ ([Tq, Hq D] by [BM, D]), Q^T, dOt^T ([Hq D, Tq_t] by [D, BM]) and K^, V^
-    ([Tk, Hkv D] by [BN, D]) as TMA descriptors, p_krec the ``key_records`` words, and REC_L
+    ([Tk, Hkv D] by [BN, D]) as TMA descriptors, p_krec the ``key_records`` words (exponents per
+    SCALE_BLOCK keys from the document's start), and REC_L
     (``query_record_layout(32)``) the layout of a half-step's [32, 4] query records. BM is 32
     or 64 (``AttnTiles`` checks it)."""
     SUB: gl.constexpr = 32  # queries per S^T, dP^T product: a step of BM queries takes BM / SUB of them
@@ -205,10 +207,12 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
                    bars)
         g, t = _next(g, t, n_head)
 
-    o_k = k0 + gl.arange(0, BN, layout=KEY)                          # [BN] key positions
-    m_k = o_k < len_k
-    kf, vf = record_factors(gl.load(p_krec + h_k.to(gl.int64) * total_k + k_start + o_k, mask=m_k,
-                                    other=(127 << 23) | (127 << 15)))
+    o_kb = gl.arange(0, BN, layout=KEY)
+    o_k = k0 + o_kb                                                  # [BN] key positions
+    # A word per scale block: a thread's two key rows share one, so vf rf is one value per
+    # query column (grad_scores' V fold).
+    kf, vf = record_factors(block_key_records(p_krec + h_k.to(gl.int64) * total_k + k_start, k0, o_kb,
+                                              total_k - k_start, SCALE_BLOCK, BN))
     vinv = reciprocal_pow2(vf)
     sx = s2 * kf  # s2 rides on the key's factor, fixed for the whole tile
     o_j = gl.arange(0, SUB, layout=QRY)                              # [SUB]

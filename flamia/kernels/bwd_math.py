@@ -73,7 +73,9 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
     # Pd comes from the fp32 value on the E4M3 grid, not from converting the fp8 codes back:
     # on the H200 (Triton 3.6) an fp8 tensor that also feeds a wgmma as its A operand
     # converted to fp32 as garbage (dK was NaN and changed from run to run).
-    b_pcf = e4m3_grid((b_p * vf) * tl.expand_dims(rf, K_AXIS), INTERPRET)
+    # The V fold as one multiply by vf rf: one value per query and key block, which the
+    # compiler computes once per block; the same codes as the forward's (p vf) rf (NUMERICS.md 4).
+    b_pcf = e4m3_grid(b_p * (vf * tl.expand_dims(rf, K_AXIS)), INTERPRET)
     b_pc = b_pcf.to(tl.float8e4nv)
     # ((P^ ro)((dP 2^edO) vf - D)) 2^eQ with 2^edO and 2^eQ moved onto ro and D (records.query_records)
     return b_pc, (b_pcf * tl.expand_dims(rq, K_AXIS)) * (b_dp * vf - tl.expand_dims(deltad, K_AXIS))

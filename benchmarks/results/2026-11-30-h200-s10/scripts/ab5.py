@@ -1,6 +1,7 @@
 """Interleaved kernel-only A/B with kernels swapped per config: python ab5.py MODE CONFIGS_JSON WORKLOADS ROUNDS.
-MODE fwd or bwd (the launchers of kernel_check.kernel_only). CONFIGS_JSON: [{"name", "swap": [[MODULE, ATTR, FILE], ...],
-"tiles": {...}}]: for that config, flamia.kernels.MODULE.ATTR is FILE's ATTR (FILE loaded as a module of flamia.kernels,
+MODE fwd or bwd (the launchers of kernel_check.kernel_only). CONFIGS_JSON: [{"name", "modules": [[NAME, FILE], ...],
+"swap": [[MODULE, ATTR, FILE], ...], "tiles": {...}}]: FILE of "modules" becomes flamia.kernels.NAME (for the swapped
+files' relative imports of older helpers): for that config, flamia.kernels.MODULE.ATTR is FILE's ATTR (FILE loaded as a module of flamia.kernels,
 so its relative imports resolve). Per round each config's launcher runs 3 times under torch.profiler; prints per
 (workload, config) the median over rounds of the CUDA ms of each kernel."""
 import collections, dataclasses, importlib, importlib.util, json, os, statistics, sys
@@ -13,12 +14,20 @@ from flamia.kernels.configs import tiles_for
 mode, cfgs, names, rounds = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3].split(","), int(sys.argv[4])
 
 
+def load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def bindings(c):
+    for name, path in c.get("modules", []):
+        load("flamia.kernels." + name, path)
     out = []
     for mod_name, attr, path in c.get("swap", []):
-        spec = importlib.util.spec_from_file_location(f"flamia.kernels._ab_{c['name']}_{attr}", path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
+        mod = load(f"flamia.kernels._ab_{c['name']}_{attr}", path)
         out.append((importlib.import_module("flamia.kernels." + mod_name), attr, getattr(mod, attr)))
     return out
 

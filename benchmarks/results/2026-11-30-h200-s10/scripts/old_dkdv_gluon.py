@@ -16,6 +16,10 @@ and dP^T tiles spilled 198 instructions), while each step's accumulator adds, co
 bookkeeping serve twice the queries: 1188 SASS instructions per unmasked 64-query step
 (Triton 3.6, offline) against 704 per 32-query step, and 3-10% less CUDA time than the
 Triton kernel on 32-query steps on the five workloads measured (configs.py has the figures).
+The query records are then read as copied, without a select on the document's end (only
+masked steps reach past it, and their visibility rule zeroes those queries): 1011
+instructions per step (25 spill instructions, 5 loads of them on the unmasked path) and
+3.7-7.0% less CUDA time on the six workloads (configs.py).
 Tried and measured worse: at 32-query steps, the next step's S^T and dP^T issued before the
 dK payload (waited for with it: 4-14% slower) or queued behind the dK tile (318 spill
 instructions), the records' document-end select on masked steps only (5 spills); a TMA
@@ -33,11 +37,11 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from .bwd_math import doc_bounds, grad_scores, masked_step, query_factors, reciprocal_pow2, row_scaled_codes, step_range
+from ._old_bwd_math import doc_bounds, grad_scores, masked_step, query_factors, reciprocal_pow2, row_scaled_codes, step_range
 from .fp8 import E4M3_EQ, E4M3_MQ, mul_rn, pow2, scale_exponent, to_e4m3, to_output
 from .gluon_tma import WARPS, copy_barriers, fp8_descriptors, tma_load, wait_copy
 from .hadamard import rotate
-from .records import past_record, query_record_fields, record_factors
+from .records import query_record_fields, record_factors
 from .worklist import program_tile
 
 
@@ -46,7 +50,8 @@ def _copy_queries(descs, smem, bars, slot, row, col, row_t, col_t, rec_row):
     """Start the TMA copies of one query step, Q^ and dO^ [BM, D] at (row, col), Q^T and dOt^T
     [D, BM] at (row_t, col_t) and the query records [BM, 4] at (rec_row, 0), into slot
     ``slot``, all completing bars[slot]. Queries past the document are the next document's
-    finite codes: their records are replaced (``past_record``), so their P and G are zero."""
+    finite codes and records (zeros past a tensor's end): masked steps see them as not visible,
+    so their P and G are zero."""
     q_desc, do_desc, qt_desc, dott_desc, rec_desc = descs
     q_s, do_s, qt_s, dott_s, rec_s = smem
     bar = bars.index(slot)
@@ -106,13 +111,12 @@ def _issue_scores(k_s, v_s, q_s, do_s, bars, n, STAGES: gl.constexpr, SUB: gl.co
 
 
 @gluon.jit
-def _half_payload(b_st, b_dpt, rec_s, i0, len_q, sx, vf, o_j, o_k, geo, masked, o_f4_past, REC_L: gl.constexpr,
-                  QRY: gl.constexpr):
+def _half_payload(b_st, b_dpt, rec_s, i0, sx, vf, o_j, o_k, geo, masked, REC_L: gl.constexpr, QRY: gl.constexpr):
     """P^T codes and W^T [BN, SUB] of the queries i0 + o_j from their scores and records rec_s
-    [SUB, 4] in shared memory (``grad_scores``)."""
-    o_ir = i0 + gl.arange(0, rec_s.shape[0], layout=gl.SliceLayout(1, REC_L))
-    rec = gl.where((o_ir < len_q)[:, None], rec_s.load(REC_L), o_f4_past)  # [SUB, 4] int32
-    m_q, rq, deltad, qg, rf = query_record_fields(rec)
+    [SUB, 4] in shared memory (``grad_scores``). Records are read as copied: a query past the
+    document holds the next rows' finite words (or TMA's zeros), and only masked steps reach
+    past the document, where the visibility rule makes its P, and so its W, zero."""
+    m_q, rq, deltad, qg, rf = query_record_fields(rec_s.load(REC_L))  # [SUB] each
     qg, qry = query_factors((_columns(m_q, QRY), _columns(rq, QRY), _columns(deltad, QRY), _columns(qg, QRY),
                              _columns(rf, QRY)))
     return grad_scores(b_st, b_dpt, sx, qg, qry, vf, i0 + o_j, o_k, geo, 1, masked, False)
@@ -146,7 +150,8 @@ def _pair_scaled_codes(b_w0, b_w1):
 def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_desc, p_dote, p_krec, p_cu_q, p_cu_k,
                       p_cu_qt, p_cu_kt, p_work, width, p_dk, p_dv, s2, scale, inv_sqrt_d, wl, wr, total_q, total_k,
                       heads_q, GROUP: gl.constexpr, D: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
-                      STAGES: gl.constexpr, ROTATE_STAGES: gl.constexpr, REC_L: gl.constexpr):
+                      STAGES: gl.constexpr, ROTATE_STAGES: gl.constexpr, REC_L: gl.constexpr,
+                      SCALE_BLOCK: gl.constexpr = 32):  # ab5: the launcher passes it now; unused here
     """``attn_bwd._dkdv_kernel``'s arguments and outputs without DQ_ATOMIC (BN = 64, 4 warps),
     with Q^, dO^ ([Tq, Hq D] by [BM, D]), Q^T, dOt^T ([Hq D, Tq_t] by [D, BM]) and K^, V^
     ([Tk, Hkv D] by [BN, D]) as TMA descriptors, p_krec the ``key_records`` words, and REC_L
@@ -208,7 +213,6 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
     vinv = reciprocal_pow2(vf)
     sx = s2 * kf  # s2 rides on the key's factor, fixed for the whole tile
     o_j = gl.arange(0, SUB, layout=QRY)                              # [SUB]
-    o_f4_past = past_record(gl.arange(0, 4, layout=gl.SliceLayout(0, REC_L)))  # [1, 4]
     acc_dk = gl.zeros([BN, D], gl.float32, layout=O_L)
     acc_dv = gl.zeros([BN, D], gl.float32, layout=O_L)
     b_zero_s = gl.zeros([BN, SUB], gl.float32, layout=S_L)
@@ -227,12 +231,12 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
         if BM == 2 * SUB:  # the second half's products run under the first half's payload
             s_nxt, dp_nxt = _issue_half(k_s, v_s, q_s, do_s, slot, 1, SUB, b_zero_s)
         # The step's records came with its codes (the barrier _issue_scores waited on covers them).
-        b_pc0, b_w0 = _half_payload(b_st, b_dpt, rec_s.index(slot).slice(0, SUB), j * BM, len_q, sx, vf, o_j, o_k,
-                                    geo, masked, o_f4_past, REC_L, QRY)
+        b_pc0, b_w0 = _half_payload(b_st, b_dpt, rec_s.index(slot).slice(0, SUB), j * BM, sx, vf, o_j, o_k, geo,
+                                    masked, REC_L, QRY)
         if BM == 2 * SUB:
             b_st, b_dpt = warpgroup_mma_wait(0, deps=(s_nxt, dp_nxt))
-            b_pc1, b_w1 = _half_payload(b_st, b_dpt, rec_s.index(slot).slice(SUB, SUB), j * BM + SUB, len_q, sx, vf,
-                                        o_j, o_k, geo, masked, o_f4_past, REC_L, QRY)
+            b_pc1, b_w1 = _half_payload(b_st, b_dpt, rec_s.index(slot).slice(SUB, SUB), j * BM + SUB, sx, vf, o_j,
+                                        o_k, geo, masked, REC_L, QRY)
         else:
             b_pc1, b_w1 = b_pc0, b_w0                                # one half: unused
         # The slot step n - 1 used is free: its products have completed.

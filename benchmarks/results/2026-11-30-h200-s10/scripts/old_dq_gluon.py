@@ -8,7 +8,10 @@ ahead, and the key words come once per 32-key block (``records.block_key_records
 three products are asynchronous FP8 wgmma: each step issues its dQ tile's product and then
 the next step's S and dP, and adds the dQ tile while those run, so the tensor cores go from
 one step's products to the next without waiting for the sum (H200, 2026-11-30, eq8x8k:
-5.61 -> 5.29 ms; the Triton kernel 5.66).
+5.61 -> 5.29 ms; the Triton kernel 5.66). Tried and level or slower (0.0-1.2%, session 10
+call 3): the next S issued as soon as this step's P codes are made and the next dP once W is,
+each on its operand's registers (no spills, 736 SASS instructions per step against 743), so
+that they run under the payload; the dQ tile then waits behind them.
 
 The step order (the full steps, then the masked ones: dQ's fp32 sum follows it), the
 payload (``bwd_math.grad_scores``, ``row_scaled_codes``) and the epilogue (``store_dq``) are
@@ -20,7 +23,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
-from .bwd_math import (doc_bounds, grad_scores, masked_step, query_factors, reciprocal_pow2, row_scaled_codes,
+from ._old_bwd_math import (doc_bounds, grad_scores, masked_step, query_factors, reciprocal_pow2, row_scaled_codes,
                        step_range, store_dq)
 from .gluon_tma import WARPS, copy_barriers, fp8_descriptors, tma_load, wait_copy
 from .records import block_key_records, query_fields_by_word, record_factors

@@ -1,0 +1,135 @@
+"""The backward's arithmetic, shared by the Triton kernels (``attn_bwd.py``, the interpreter's
+path and the reference) and the Gluon dQ kernel (``attn_dq_gluon.py``, the GPU's): document
+bounds and step ranges, the visibility rule, P codes and the gradient payload of a tile
+(NUMERICS.md 4), the row-scaled E4M3 codes of a payload, and the dQ epilogue. Written once so
+the kernels agree bit for bit; each helper is layout-free (it creates no tensor of its own),
+which lets Gluon kernels call it.
+"""
+import triton
+import triton.language as tl
+
+from .fp8 import E4M3_EQ, E4M3_MQ, e4m3_grid, mul_rn, pow2, scale_exponent, to_e4m3, to_output
+from .hadamard import rotate
+from .layout import T_ALIGN as _T_ALIGN
+
+T_ALIGN = tl.constexpr(_T_ALIGN)  # the transposed codes' documents start at multiples of this column
+
+
+@triton.jit
+def query_factors(fields):
+    """Per-query vectors [N] fp32 from ``records.query_fields`` (or ``query_fields_by_word``):
+    (qg = 2^eQ, (m, rf = 2^(sigma - PV), rq = ro 2^(edO + eQ), deltad = delta / 2^edO)), the
+    second part as ``grad_scores`` takes it. Rows past the document's end read m = +inf and
+    rq = 0, so their P and G vanish."""
+    m, rq, deltad, qg, rf = fields
+    return qg, (m, rf, rq, deltad)
+
+
+@triton.jit
+def reciprocal_pow2(x):
+    """Exact 1 / x of an fp32 power of two 2^e, e in [-126, 127], on its bits:
+    (127 - e) << 23 = (254 << 23) - ((127 + e) << 23)."""
+    return (0x7F000000 - x.to(tl.int32, bitcast=True)).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def visible(o_i, o_k, geo):
+    """Query o_i sees key o_k (broadcast positions in the document); geo = (Lq, Lk, wl, wr)
+    with unbounded window sides already replaced by a large bound (masks.py semantics)."""
+    len_q, len_k, wl, wr = geo
+    off = len_k - len_q
+    return (o_i < len_q) & (o_k < len_k) & (o_k <= o_i + off + wr) & (o_k >= o_i + off - wl)
+
+
+@triton.jit
+def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.constexpr, MASK,
+                 INTERPRET: tl.constexpr):
+    """P codes and the gradient payload of one tile, NUMERICS.md 4 steps 1-6.
+
+    The tile is [queries, keys] (Q_AXIS = 0, the dQ loop) or [keys, queries] (Q_AXIS = 1,
+    the dK/dV loop); every product is elementwise, so one body serves both orientations.
+    b_s: Q^.K^ and b_dp: dO^.V^ code products (fp32, tile shape). The scores' factors come as
+    the program's own tokens' row_x = s2 2^e [rows] and the step's col_x = 2^e [cols]:
+    x = (S row_x) col_x is the contract's (S qf) kf bit for bit, since the power of two
+    applied second is exact either way. qry = (m, rf, rq, deltad) of ``query_factors`` and vf = 2^eV, each [N]; o_i, o_k:
+    query and key positions [N] in the document; geo: ``visible``'s; MASK: apply the
+    visibility rule (a constexpr, or a runtime flag in the Gluon dQ kernel).
+    Returns (P^ float8e4nv, W fp32), tile shape, where W = fp32(fp32(Pd 2^(eV + eQ)) (dP - D)):
+    the payload G = W 2^(eK - eV) without the key's power-of-two factors, which scale it
+    exactly (W is dS 2^(eV + eQ): NUMERICS.md 4's dS rounded at the same places). W^T is the
+    dK payload as it stands (the key's factors are constant along its row: the epilogue's);
+    the dQ payload applies them per column. W is 0 where the pair is not visible."""
+    K_AXIS: tl.constexpr = 1 - Q_AXIS
+    m, rf, rq, deltad = qry
+    vf = tl.expand_dims(vf, Q_AXIS)
+    # y row_x - m = x - m with x = (S row_x) col_x: y = S col_x and y row_x are exact, so the
+    # fused multiply-add rounds once, as the subtraction does; written fused, it stays fused
+    # where a runtime mask joins two paths (the Gluon kernel).
+    b_y = b_s * col_x[None, :]
+    if MASK:
+        m_vis = visible(tl.expand_dims(o_i, K_AXIS), tl.expand_dims(o_k, Q_AXIS), geo)
+        b_y = tl.where(m_vis, b_y, float("-inf"))
+    b_p = tl.math.exp2(tl.fma(b_y, row_x[:, None], -tl.expand_dims(m, K_AXIS)))
+    # Pd comes from the fp32 value on the E4M3 grid, not from converting the fp8 codes back:
+    # on the H200 (Triton 3.6) an fp8 tensor that also feeds a wgmma as its A operand
+    # converted to fp32 as garbage (dK was NaN and changed from run to run).
+    b_pcf = e4m3_grid((b_p * vf) * tl.expand_dims(rf, K_AXIS), INTERPRET)
+    b_pc = b_pcf.to(tl.float8e4nv)
+    # ((P^ ro)((dP 2^edO) vf - D)) 2^eQ with 2^edO and 2^eQ moved onto ro and D (records.query_records)
+    return b_pc, (b_pcf * tl.expand_dims(rq, K_AXIS)) * (b_dp * vf - tl.expand_dims(deltad, K_AXIS))
+
+
+@triton.jit
+def row_scaled_codes(b_g, INTERPRET: tl.constexpr):
+    """E4M3 codes of G 2^-e and the fp32 factors 2^e [R], one exponent per row of b_g [R, C]
+    fp32, e = scale_exponent(rowmax |G|): the A operand of the dQ payload's product (rows =
+    queries) and of dK's (rows = keys), whose results the kernels scale by 2^e per row."""
+    e = scale_exponent(tl.max(tl.abs(b_g), axis=1), E4M3_EQ, E4M3_MQ)  # [R]
+    return to_e4m3(b_g * pow2(-e)[:, None], INTERPRET), pow2(e)
+
+
+@triton.jit
+def step_range(u0, len_u, len_v, c, w_lo, w_hi, BU: tl.constexpr, BV: tl.constexpr):
+    """Steps of BV positions (counted from the document start) along v that meet the tile
+    [u0, u0 + BU) along u (u0 < len_u), where u sees v iff u + c - w_lo <= v <= u + c + w_hi
+    and 0 <= v < len_v. Returns step indices (lo, hi, full_lo, full_hi): steps lo <= j < hi
+    meet the tile; in [full_lo, full_hi) every pair is visible and both the tile and the step
+    lie inside the document, so unmasked loads and math never touch positions past its end."""
+    v_min = tl.maximum(u0 + c - w_lo, 0)
+    v_end = tl.minimum(tl.minimum(u0 + BU, len_u) + c + w_hi, len_v)
+    lo = v_min // BV
+    hi = tl.where(v_end > v_min, tl.cdiv(v_end, BV), lo)
+    full_lo = tl.minimum(tl.maximum(tl.cdiv(tl.maximum(u0 + BU - 1 + c - w_lo, 0), BV), lo), hi)
+    # full steps also end before the first pair out of sight: v0 + BV - 1 <= u0 + c + w_hi
+    full_end = tl.minimum(u0 + c + w_hi + 1, len_v)
+    full_hi = tl.minimum(tl.maximum(tl.maximum(full_end, 0) // BV, full_lo), hi)
+    full_hi = tl.where(u0 + BU <= len_u, full_hi, full_lo)
+    return lo, hi, full_lo, full_hi
+
+
+@triton.jit
+def masked_step(t, lo, full_lo, full_hi):
+    """The t-th step that needs the mask: [lo, full_lo) then [full_hi, hi)."""
+    return tl.where(t < full_lo - lo, lo + t, full_hi + (t - (full_lo - lo)))
+
+
+@triton.jit
+def doc_bounds(p_cu, p_cu_t, doc):
+    """(first row int64, length int32, first transposed column int64, span int32) of document
+    doc on one side (queries or keys): the column is a multiple of T_ALIGN (``layout.py``),
+    and the span, the length rounded up to T_ALIGN, bounds the document's columns."""
+    start = tl.load(p_cu + doc)
+    length = tl.load(p_cu + doc + 1) - start
+    start_t = tl.multiple_of(tl.load(p_cu_t + doc), T_ALIGN)
+    return start.to(tl.int64), length, start_t.to(tl.int64), tl.cdiv(length, T_ALIGN) * T_ALIGN
+
+
+@triton.jit
+def store_dq(p_dq, acc, rows, o_d, m_r, h_q, heads_q, scale, inv_sqrt_d, ROTATE_STAGES: tl.constexpr,
+             INTERPRET: tl.constexpr):
+    """dQ of packed rows ``rows`` [BM] (int64, masked by m_r) of query head h_q from its fp32
+    sum of payloads acc [BM, D] (o_d [D]: 0..D-1 in acc's column layout), already times 2^-eQ: times the softmax scale, rotated back
+    when ROTATE_STAGES > 0, stored in p_dq's dtype ([Tq, Hq, D])."""
+    o_out = (rows * heads_q + h_q)[:, None] * o_d.shape[0] + o_d[None, :]  # [BM, D]
+    b_dq = rotate(mul_rn(acc, scale, INTERPRET), inv_sqrt_d, ROTATE_STAGES)  # [BM, D]
+    tl.store(p_dq + o_out, to_output(b_dq, p_dq.dtype.element_ty, INTERPRET), mask=m_r[:, None])

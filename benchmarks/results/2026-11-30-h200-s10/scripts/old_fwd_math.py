@@ -1,0 +1,94 @@
+"""The forward's arithmetic, shared by the Triton kernel (``attn_fwd.py``, the interpreter's
+path and the reference) and the Gluon kernel (``attn_fwd_gluon.py``, the GPU's): the program's
+geometry, each row's visible keys, NUMERICS.md 3's steps after Q^ K^T on a tile of scores, and the
+epilogue's row statistics. Written once, so the two kernels agree bit for bit. Each helper is
+layout-free (it creates no tensor of its own), which lets Gluon kernels call it.
+"""
+import math
+
+import triton
+import triton.language as tl
+
+from .fp8 import pow2, to_e4m3
+from .layout import T_ALIGN
+
+LN2 = tl.constexpr(math.log(2.0))
+V_ALIGN = tl.constexpr(T_ALIGN)  # V^T: every document starts at a multiple of this many columns
+
+
+@triton.jit
+def program_geometry(doc, tile, p_cu_q, p_cu_k, p_cu_kt, heads_q, heads_kv, window_left, window_right,
+                     BM: tl.constexpr, BN: tl.constexpr):
+    """The scalars of the program of query tile ``tile`` of document ``doc`` and query head
+    program_id(1), shared by the Triton and the Gluon forwards: h, hk, the document's
+    q_start, len_q, len_k, k_start, k_start_t (its first V^T column), i0 (the tile's first query),
+    the offset and window sides (off, wl, wr; unbounded sides become bounds no pair can
+    reach, so one rule serves all masks), and the key tiles [t_lo, t_hi) that meet some
+    row's visible keys, of which [u_lo, u_hi) are visible to every row."""
+    h = tl.program_id(1)
+    hk = h // (heads_q // heads_kv)
+    q_start = tl.load(p_cu_q + doc)
+    len_q = tl.load(p_cu_q + doc + 1) - q_start
+    k_start = tl.load(p_cu_k + doc)
+    len_k = tl.load(p_cu_k + doc + 1) - k_start
+    # The document's first V^T column: aligned, so V^T tiles load as 16-byte vectors.
+    k_start_t = tl.multiple_of(tl.load(p_cu_kt + doc), V_ALIGN)
+    i0 = tile * BM
+    off = len_k - len_q
+    wl = tl.where(window_left < 0, len_k, window_left)
+    wr = tl.where(window_right < 0, len_q + len_k, window_right)
+    # The first (i0) and the last stored row (i1) bound the tiles' runs.
+    i1 = tl.minimum(i0 + BM, len_q) - 1
+    end0 = tl.maximum(tl.minimum(i0 + off + wr + 1, len_k), 0)  # one past a row's last key
+    end1 = tl.maximum(tl.minimum(i1 + off + wr + 1, len_k), 0)
+    t_lo = tl.maximum(i0 + off - wl, 0) // BN
+    t_hi = tl.maximum(tl.cdiv(end1, BN), t_lo)
+    u_lo = tl.minimum(tl.maximum(tl.cdiv(tl.maximum(i1 + off - wl, 0), BN), t_lo), t_hi)
+    u_hi = tl.minimum(tl.maximum(end0 // BN, u_lo), t_hi)
+    return h, hk, q_start, len_q, len_k, k_start, k_start_t, i0, off, wl, wr, t_lo, u_lo, u_hi, t_hi
+
+
+@triton.jit
+def visible_keys(o_m, off, wl, wr, len_k):
+    """Each row's visible keys [first, last] (NUMERICS.md 3) of query positions o_m [BM]
+    (``program_geometry``'s off, wl, wr); last < first: the row sees none."""
+    return o_m + off - wl, tl.minimum(o_m + off + wr, len_k - 1)
+
+
+@triton.jit
+def finish_rows(b_l, b_m, b_pv, SIGMA: tl.constexpr):
+    """The epilogue's row statistics (fp32 [BM] each): ro = 2^(PV - sigma) / l, lse in natural
+    log, m; rows that saw no key get ro = 0 (so O = 0) and lse = m = +inf."""
+    m_valid = b_m > float("-inf")
+    b_l = tl.where(m_valid, b_l, 1.0)
+    b_ro = tl.where(m_valid, tl.math.div_rn(pow2(b_pv - SIGMA), b_l), 0.0)
+    b_lse = tl.where(m_valid, (b_m + tl.log2(b_l)) * LN2, float("inf"))
+    return b_ro, b_lse, tl.where(m_valid, b_m, float("inf"))
+
+
+@triton.jit
+def scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU: tl.constexpr, MASK,
+                    INTERPRET: tl.constexpr):
+    """NUMERICS.md 3's steps 1 (after the product) to 6 on one tile of key-scaled scores
+    b_y = (Q^ K^T) * kf[None, :] [BM, BN] fp32 (the caller's multiply, so that a kernel may
+    free the product's registers before its next product): the query factors, the mask
+    (MASK, a constexpr or a runtime flag: rows see keys o_n [BN] in [b_first, b_last] [BM]),
+    the integer running max, exp2, the row sum, the P^ codes with the V fold. Shared by the
+    Triton and the Gluon forwards, so their codes agree bit for bit.
+    Returns (P^ [BM, BN] fp8, alpha [BM], l [BM], m [BM])."""
+    # x = (S qf) kf of NUMERICS.md 3, in another order with the same bits: qf and kf are
+    # powers of two, so y = S kf and y qf are exact, max(x) = qf max(y), and exp2's argument
+    # y qf - m is one fused multiply-add (one multiply per score fewer).
+    if MASK:
+        m_vis = (o_n[None, :] >= b_first[:, None]) & (o_n[None, :] <= b_last[:, None])  # [BM, BN]
+        b_y = tl.where(m_vis, b_y, float("-inf"))
+    b_mx = tl.max(b_y, 1) * b_qf                                    # [BM]
+    b_m_new = tl.where(b_mx > b_m + TAU, tl.ceil(b_mx), b_m)
+    # Rows that have seen no key keep m = -inf and acc = l = 0: subtracting 0 instead keeps
+    # NaN out of exp2 (their p is exp2(-inf) = 0 and alpha cannot change acc or l).
+    b_m_ref = tl.where(b_m_new == float("-inf"), 0.0, b_m_new)
+    b_alpha = tl.exp2(b_m - b_m_ref)                                # exact power of two
+    b_p = tl.exp2(tl.fma(b_y, b_qf[:, None], -b_m_ref[:, None]))   # [BM, BN]
+    b_l = b_l * b_alpha + tl.sum(b_p, 1)                            # before the V fold
+    b_pq = to_e4m3((b_p * b_vf[None, :]) * b_rf[:, None], INTERPRET)  # [BM, BN] fp8
+    return b_pq, b_alpha, b_l, b_m_new
