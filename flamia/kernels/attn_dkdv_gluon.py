@@ -24,7 +24,9 @@ Tried and measured worse: at 32-query steps, the next step's S^T and dP^T issued
 dK payload (waited for with it: 4-14% slower) or queued behind the dK tile (318 spill
 instructions), the records' document-end select on masked steps only (5 spills); a TMA
 producer warp (branch ``next/dkdv-producer``: Triton 3.6 gives the MMA warps 256 registers,
-so one program per SM, 21-30% slower).
+so one program per SM, 21-30% slower); a barrier ring per copied operand, which takes the
+step from 7 bar.sync to 3 (Triton 3.6 puts one between two accesses of one mbarrier
+allocation) for 5 waits instead of 1 (4-6% slower, session 10 call 6).
 
 The step order (per head, the full steps then the masked ones), the payload
 (``bwd_math.grad_scores``, ``row_scaled_codes``) and the wgmma shapes are the Triton kernel's,

@@ -1,0 +1,311 @@
+"""The dK/dV kernel of ``attn_bwd.py`` in Gluon, for Hopper: the GPU's dK/dV.
+
+A program holds one key tile (K^, V^ [BN, D] in shared memory: the A operands of S^T = K^ Q^T
+and dP^T = V^ dO^T, where the Triton kernel keeps them in 32 registers) and visits the query
+steps of its GQA group's heads. Each step's Q^, dO^ [BM, D] and Q^T, dOt^T [D, BM] arrive by
+TMA with their query records, STAGES - 1 steps ahead; a thread reads each record as one
+16-byte load from shared memory, in a layout whose split fields are the S^T accumulator's
+columns (``query_record_layout``). All products are asynchronous FP8 wgmma.
+
+A step of 64 queries (``bwd_block_m``, the numerics' query step) runs S^T and dP^T in two
+halves of 32, the second half's issued under the first half's payload, and chains dV's and
+dK's products over both halves in one fresh accumulator each (the Triton kernel's K = 64
+products, instruction for instruction), with one row scale of the dK payload over the step
+(``_pair_scaled_codes``). The halves keep the live registers of a 32-query step (64-query S^T
+and dP^T tiles spilled 198 instructions), while each step's accumulator adds, copies and
+bookkeeping serve twice the queries: 1188 SASS instructions per unmasked 64-query step
+(Triton 3.6, offline) against 704 per 32-query step, and 3-10% less CUDA time than the
+Triton kernel on 32-query steps on the five workloads measured (configs.py has the figures).
+The query records are then read as copied, without a select on the document's end (only
+masked steps reach past it, and their visibility rule zeroes those queries): 1011
+instructions per step (25 spill instructions, 5 loads of them on the unmasked path) and
+3.7-7.0% less CUDA time on the six workloads (configs.py).
+Tried and measured worse: at 32-query steps, the next step's S^T and dP^T issued before the
+dK payload (waited for with it: 4-14% slower) or queued behind the dK tile (318 spill
+instructions), the records' document-end select on masked steps only (5 spills); a TMA
+producer warp (branch ``next/dkdv-producer``: Triton 3.6 gives the MMA warps 256 registers,
+so one program per SM, 21-30% slower).
+
+The step order (per head, the full steps then the masked ones), the payload
+(``bwd_math.grad_scores``, ``row_scaled_codes``) and the wgmma shapes are the Triton kernel's,
+so dK and dV equal its bit for bit (the GPU test ``test_gluon_dkdv_equals_triton``, 9 cases
+at 64- and at 32-query steps). dQ through atomics (``AttnTiles.dq_atomic``) stays with the
+Triton kernel.
+"""
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from .bwd_math import doc_bounds, grad_scores, masked_step, query_factors, reciprocal_pow2, row_scaled_codes, step_range
+from .fp8 import E4M3_EQ, E4M3_MQ, mul_rn, pow2, scale_exponent, to_e4m3, to_output
+from .gluon_tma import WARPS, copy_barriers, fp8_descriptors, tma_load, wait_copy
+from .hadamard import rotate
+from .records import block_key_records, query_record_fields, record_factors
+from .worklist import program_tile
+
+
+@gluon.jit
+def _copy_queries(descs, smem, bars, slot, row, col, row_t, col_t, rec_row):
+    """Start the TMA copies of one query step, Q^ and dO^ [BM, D] at (row, col), Q^T and dOt^T
+    [D, BM] at (row_t, col_t) and the query records [BM, 4] at (rec_row, 0), into slot
+    ``slot``, each completing slot ``slot`` of its own barrier ring in ``bars`` (Triton 3.6
+    puts a bar.sync between two accesses of one barrier allocation: all expects first, then
+    the copies, each on its own ring, need one). Queries past the document are the next
+    document's finite codes and records (zeros past a tensor's end): masked steps see them as
+    not visible, so their P and G are zero."""
+    q_desc, do_desc, qt_desc, dott_desc, rec_desc = descs
+    q_s, do_s, qt_s, dott_s, rec_s = smem
+    b_q, b_do, b_qt, b_dot, b_rec = bars
+    mbarrier.expect(b_q.index(slot), q_desc.block_type.nbytes)
+    mbarrier.expect(b_do.index(slot), do_desc.block_type.nbytes)
+    mbarrier.expect(b_qt.index(slot), qt_desc.block_type.nbytes)
+    mbarrier.expect(b_dot.index(slot), dott_desc.block_type.nbytes)
+    mbarrier.expect(b_rec.index(slot), rec_desc.block_type.nbytes)
+    tma_load(q_desc, [row, col], b_q.index(slot), q_s.index(slot))
+    tma_load(do_desc, [row, col], b_do.index(slot), do_s.index(slot))
+    tma_load(qt_desc, [row_t, col_t], b_qt.index(slot), qt_s.index(slot))
+    tma_load(dott_desc, [row_t, col_t], b_dot.index(slot), dott_s.index(slot))
+    tma_load(rec_desc, [rec_row, 0], b_rec.index(slot), rec_s.index(slot))
+
+
+@gluon.jit
+def _columns(x, QRY: gl.constexpr):
+    """x [32] in the S^T accumulator's column layout (a half-step): the same registers (``query_record_layout``)."""
+    return gl.convert_layout(x, QRY, assert_trivial=True)
+
+
+@gluon.jit
+def _query_step(t, n_full, lo, full_lo, full_hi):
+    """(query step index, masked) of a head's t-th step: the full steps [full_lo, full_hi),
+    then the masked ones (``masked_step``), the Triton kernel's order."""
+    return gl.where(t < n_full, full_lo + t, masked_step(t - n_full, lo, full_lo, full_hi)), t >= n_full
+
+
+@gluon.jit
+def _next(g, t, n_head):
+    """The (head in the group, step) that follows (g, t), heads of n_head steps each."""
+    wrap = t + 1 == n_head
+    return g + wrap.to(gl.int32), gl.where(wrap, 0, t + 1)
+
+
+@gluon.jit
+def _copy_step(g, t, slot, n_full, lo, full_lo, full_hi, h_k, q_row, q_col_t, total_q, GROUP: gl.constexpr,
+               BM: gl.constexpr, D: gl.constexpr, descs, smem, bars):
+    """The copies of head g's t-th step into slot ``slot`` (``_copy_queries``)."""
+    j = _query_step(t, n_full, lo, full_lo, full_hi)[0]
+    h_q = h_k * GROUP + g
+    _copy_queries(descs, smem, bars, slot, q_row + j * BM, h_q * D, h_q * D, q_col_t + j * BM,
+                  h_q * total_q + q_row + j * BM)
+
+
+@gluon.jit
+def _issue_half(k_s, v_s, q_s, do_s, slot, h, SUB: gl.constexpr, b_zero):
+    """Start S^T = K^ Q^T and dP^T = V^ dO^T [BN, SUB] on queries h SUB.. of the step in ``slot``."""
+    b_st = warpgroup_mma(k_s, q_s.index(slot).slice(h * SUB, SUB).permute((1, 0)), b_zero, use_acc=False,
+                         is_async=True)
+    b_dpt = warpgroup_mma(v_s, do_s.index(slot).slice(h * SUB, SUB).permute((1, 0)), b_zero, use_acc=False,
+                          is_async=True)
+    return b_st, b_dpt
+
+
+@gluon.jit
+def _issue_scores(k_s, v_s, q_s, do_s, bars, n, STAGES: gl.constexpr, SUB: gl.constexpr, b_zero):
+    """Wait for the n-th step's Q^ and dO^ copies and start its first half's S^T and dP^T
+    (``_issue_half``)."""
+    for r in gl.static_range(5):
+        wait_copy(bars[r], n, STAGES)
+    return _issue_half(k_s, v_s, q_s, do_s, n % STAGES, 0, SUB, b_zero)
+
+
+@gluon.jit
+def _half_payload(b_st, b_dpt, rec_s, i0, sx, vf, o_j, o_k, geo, masked, REC_L: gl.constexpr, QRY: gl.constexpr):
+    """P^T codes and W^T [BN, SUB] of the queries i0 + o_j from their scores and records rec_s
+    [SUB, 4] in shared memory (``grad_scores``). Records are read as copied: a query past the
+    document holds the next rows' finite words (or TMA's zeros), and only masked steps reach
+    past the document, where the visibility rule makes its P, and so its W, zero."""
+    m_q, rq, deltad, qg, rf = query_record_fields(rec_s.load(REC_L))  # [SUB] each
+    qg, qry = query_factors((_columns(m_q, QRY), _columns(rq, QRY), _columns(deltad, QRY), _columns(qg, QRY),
+                             _columns(rf, QRY)))
+    return grad_scores(b_st, b_dpt, sx, qg, qry, vf, i0 + o_j, o_k, geo, 1, masked, False)
+
+
+@gluon.jit
+def _step_product(b_a0, b_a1, b_s, BM: gl.constexpr, A_L: gl.constexpr, b_zero):
+    """A @ B over a step's queries, [BN, D] fp32: the halves' register A operands b_a0, b_a1
+    [BN, 32] (b_a1 unused when BM = 32) against b_s [D, BM] in shared memory (K-major), chained
+    in one fresh accumulator as one K = BM product's instructions."""
+    SUB: gl.constexpr = b_a0.shape[1]
+    acc = warpgroup_mma(gl.convert_layout(b_a0, A_L), b_s.slice(0, SUB, dim=1).permute((1, 0)), b_zero,
+                        use_acc=False, is_async=True)
+    if BM == 2 * SUB:
+        acc = warpgroup_mma(gl.convert_layout(b_a1, A_L), b_s.slice(SUB, SUB, dim=1).permute((1, 0)), acc,
+                            is_async=True)
+    return warpgroup_mma_wait(0, deps=(acc,))
+
+
+@gluon.jit
+def _pair_scaled_codes(b_w0, b_w1):
+    """``row_scaled_codes`` of the row-wise concatenation [b_w0 | b_w1]: one exponent per row
+    from both halves' maxima, the halves' codes and the factors 2^e."""
+    amax = gl.maximum(gl.max(gl.abs(b_w0), axis=1), gl.max(gl.abs(b_w1), axis=1))
+    e = scale_exponent(amax, E4M3_EQ, E4M3_MQ)                       # [BN]
+    f = pow2(-e)[:, None]
+    return to_e4m3(b_w0 * f, False), to_e4m3(b_w1 * f, False), pow2(e)
+
+
+@gluon.jit
+def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_desc, p_dote, p_krec, p_cu_q, p_cu_k,
+                      p_cu_qt, p_cu_kt, p_work, width, p_dk, p_dv, s2, scale, inv_sqrt_d, wl, wr, total_q, total_k,
+                      heads_q, GROUP: gl.constexpr, D: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
+                      SCALE_BLOCK: gl.constexpr, STAGES: gl.constexpr, ROTATE_STAGES: gl.constexpr,
+                      REC_L: gl.constexpr):
+    """``attn_bwd._dkdv_kernel``'s arguments and outputs without DQ_ATOMIC (BN = 64, 4 warps),
+    with Q^, dO^ ([Tq, Hq D] by [BM, D]), Q^T, dOt^T ([Hq D, Tq_t] by [D, BM]) and K^, V^
+    ([Tk, Hkv D] by [BN, D]) as TMA descriptors, p_krec the ``key_records`` words (exponents per
+    SCALE_BLOCK keys from the document's start), and REC_L
+    (``query_record_layout(32)``) the layout of a half-step's [32, 4] query records. BM is 32
+    or 64 (``AttnTiles`` checks it)."""
+    SUB: gl.constexpr = 32  # queries per S^T, dP^T product: a step of BM queries takes BM / SUB of them
+    S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, SUB, 32])
+    O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, D, 32])
+    A_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=4)
+    KEY: gl.constexpr = gl.SliceLayout(1, S_L)    # per key (rows of S^T)
+    QRY: gl.constexpr = gl.SliceLayout(0, S_L)    # per query (columns)
+    OKEY: gl.constexpr = gl.SliceLayout(1, O_L)
+    # The epilogue's: a key row per thread, so the rotation's butterflies stay in registers.
+    ROWS: gl.constexpr = gl.BlockedLayout([1, D], [32, 1], [WARPS, 1], [1, 0])
+
+    doc, tile = program_tile(p_work, width)
+    if doc < 0:
+        return
+    h_k = gl.program_id(1)
+    heads_kv = heads_q // GROUP
+    q_start, len_q, q_start_t, _ = doc_bounds(p_cu_q, p_cu_qt, doc)
+    k_start, len_k, _, _ = doc_bounds(p_cu_k, p_cu_kt, doc)
+    k0 = tile * BN
+    geo = (len_q, len_k, wl, wr)
+    # Key k is seen by the queries i with k - off - wr <= i <= k - off + wl.
+    lo, hi, full_lo, full_hi = step_range(k0, len_k, len_q, len_q - len_k, wr, wl, BN, BM)
+    n_full = full_hi - full_lo
+    n_head = hi - lo
+    n_steps = GROUP * n_head
+    q_row, q_col_t = q_start.to(gl.int32), q_start_t.to(gl.int32)  # TMA coordinates
+
+    k_s = gl.allocate_shared_memory(gl.float8e4nv, [BN, D], k_desc.layout)
+    v_s = gl.allocate_shared_memory(gl.float8e4nv, [BN, D], v_desc.layout)
+    q_s = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BM, D], q_desc.layout)
+    do_s = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BM, D], do_desc.layout)
+    qt_s = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, D, BM], qt_desc.layout)
+    dott_s = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, D, BM], dott_desc.layout)
+    rec_s = gl.allocate_shared_memory(gl.int32, [STAGES, BM, 4], rec_desc.layout)
+    # A barrier ring per operand of the query steps (_copy_queries says why), one for K^ and V^.
+    bars = (copy_barriers(STAGES), copy_barriers(STAGES), copy_barriers(STAGES), copy_barriers(STAGES),
+            copy_barriers(STAGES))
+    bar_kv = copy_barriers(1).index(0)
+    descs = (q_desc, do_desc, qt_desc, dott_desc, rec_desc)
+    smem = (q_s, do_s, qt_s, dott_s, rec_s)
+    # Rows of K^ and V^ past the document are the next document's (or zeros): masked steps
+    # hide them (P and G zero) and full steps never hold them. Steps past the last are copied
+    # too (never read) and waited for before the program ends.
+    mbarrier.expect(bar_kv, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+    tma_load(k_desc, [k_start.to(gl.int32) + k0, h_k * D], bar_kv, k_s)
+    tma_load(v_desc, [k_start.to(gl.int32) + k0, h_k * D], bar_kv, v_s)
+    # (g, t): head and step of the copy STAGES - 1 steps ahead of the loop's.
+    g, t = 0, 0
+    for i in gl.static_range(STAGES - 1):
+        _copy_step(g, t, i, n_full, lo, full_lo, full_hi, h_k, q_row, q_col_t, total_q, GROUP, BM, D, descs, smem,
+                   bars)
+        g, t = _next(g, t, n_head)
+
+    o_kb = gl.arange(0, BN, layout=KEY)
+    o_k = k0 + o_kb                                                  # [BN] key positions
+    # A word per scale block: a thread's two key rows share one, so vf rf is one value per
+    # query column (grad_scores' V fold).
+    kf, vf = record_factors(block_key_records(p_krec + h_k.to(gl.int64) * total_k + k_start, k0, o_kb,
+                                              total_k - k_start, SCALE_BLOCK, BN))
+    vinv = reciprocal_pow2(vf)
+    sx = s2 * kf  # s2 rides on the key's factor, fixed for the whole tile
+    o_j = gl.arange(0, SUB, layout=QRY)                              # [SUB]
+    acc_dk = gl.zeros([BN, D], gl.float32, layout=O_L)
+    acc_dv = gl.zeros([BN, D], gl.float32, layout=O_L)
+    b_zero_s = gl.zeros([BN, SUB], gl.float32, layout=S_L)
+    b_zero_o = gl.zeros([BN, D], gl.float32, layout=O_L)
+
+    mbarrier.wait(bar_kv, 0)
+    s_nxt, dp_nxt = _issue_scores(k_s, v_s, q_s, do_s, bars, 0, STAGES, SUB, b_zero_s)
+    g_now, t_now = 0, 0  # the loop's head and step
+    for n in range(n_steps):
+        slot = n % STAGES
+        j, masked = _query_step(t_now, n_full, lo, full_lo, full_hi)
+        h_q = h_k * GROUP + g_now
+        # dOt^ has one exponent per query step: read it at the step's first row (inside the document).
+        e_dot = gl.load(p_dote + (q_start + j * BM) * heads_q + h_q).to(gl.int32)
+        b_st, b_dpt = warpgroup_mma_wait(0, deps=(s_nxt, dp_nxt))   # [BN, SUB] S^T, dP^T before their factors
+        if BM == 2 * SUB:  # the second half's products run under the first half's payload
+            s_nxt, dp_nxt = _issue_half(k_s, v_s, q_s, do_s, slot, 1, SUB, b_zero_s)
+        b_pc0, b_w0 = _half_payload(b_st, b_dpt, rec_s.index(slot).slice(0, SUB), j * BM, sx, vf, o_j, o_k, geo,
+                                    masked, REC_L, QRY)
+        if BM == 2 * SUB:
+            b_st, b_dpt = warpgroup_mma_wait(0, deps=(s_nxt, dp_nxt))
+            b_pc1, b_w1 = _half_payload(b_st, b_dpt, rec_s.index(slot).slice(SUB, SUB), j * BM + SUB, sx, vf, o_j,
+                                        o_k, geo, masked, REC_L, QRY)
+        else:
+            b_pc1, b_w1 = b_pc0, b_w0                                # one half: unused
+        # The slot step n - 1 used is free: its products have completed.
+        _copy_step(g, t, (n + STAGES - 1) % STAGES, n_full, lo, full_lo, full_hi, h_k, q_row, q_col_t, total_q,
+                   GROUP, BM, D, descs, smem, bars)
+        g, t = _next(g, t, n_head)
+        g_now, t_now = _next(g_now, t_now, n_head)
+        b_dv = _step_product(b_pc0, b_pc1, dott_s.index(slot), BM, A_L, b_zero_o)  # [BN, D]
+        acc_dv = acc_dv + b_dv * pow2(e_dot)
+        # dK's payload rows are keys: 2^eK and 2^-eV are constant along a row, the epilogue's.
+        if BM == 2 * SUB:                                            # W^T is G^T 2^(eV - eK)
+            b_gc0, b_gc1, b_f = _pair_scaled_codes(b_w0, b_w1)
+        else:
+            b_gc0, b_f = row_scaled_codes(b_w0, False)
+            b_gc1 = b_gc0                                            # one half: unused
+        b_dk = _step_product(b_gc0, b_gc1, qt_s.index(slot), BM, A_L, b_zero_o)  # [BN, D]
+        acc_dk = acc_dk + b_dk * gl.convert_layout(b_f, OKEY)[:, None]
+        s_nxt, dp_nxt = _issue_scores(k_s, v_s, q_s, do_s, bars, n + 1, STAGES, SUB, b_zero_s)
+    warpgroup_mma_wait(0, deps=(s_nxt, dp_nxt))
+    for i in gl.static_range(STAGES - 2):
+        for r in gl.static_range(5):
+            wait_copy(bars[r], n_steps + 1 + i, STAGES)
+
+    o_r = k0 + gl.arange(0, BN, layout=gl.SliceLayout(1, ROWS))     # [BN] key positions, a row per thread
+    o_d = gl.arange(0, D, layout=gl.SliceLayout(0, ROWS))
+    o_out = ((k_start + o_r).to(gl.int64)[:, None] * heads_kv + h_k) * D + o_d[None, :]  # [BN, D]
+    m_r = (o_r < len_k)[:, None]
+    vinv_r = gl.convert_layout(vinv, gl.SliceLayout(1, ROWS))[:, None]
+    # 2^-eK 2^(eK - eV) of dK's payload, then the softmax scale, rounded before the rotation
+    # (mul_rn) as in the Triton kernel.
+    b_dk = rotate(mul_rn(gl.convert_layout(acc_dk, ROWS), scale * vinv_r, False), inv_sqrt_d, ROTATE_STAGES)
+    gl.store(p_dk + o_out, to_output(b_dk, p_dk.dtype.element_ty, False), mask=m_r)
+    gl.store(p_dv + o_out, to_output(gl.convert_layout(acc_dv, ROWS) * vinv_r, p_dv.dtype.element_ty, False), mask=m_r)
+
+
+def dkdv_descriptors(q_codes, do_codes, q_codes_t, dot_codes_t, records, k_codes, v_codes, block_m: int,
+                     block_n: int):
+    """Host TMA descriptors of the dK/dV kernel's operands in the 2-D views and blocks that
+    ``dkdv_gluon_kernel`` reads: Q^, dO^ [Tq, Hq D] by [BM, D]; Q^T, dOt^T [Hq D, Tq_t] by
+    [D, BM]; the query records [Hq Tq, 4] by [BM, 4] (int32, unswizzled); K^, V^ [Tk, Hkv D]
+    by [BN, D]. Codes contiguous float8_e4m3fn."""
+    d = q_codes.shape[-1]
+    q, do, qt, dot = fp8_descriptors((q_codes.flatten(1), [block_m, d]), (do_codes.flatten(1), [block_m, d]),
+                                     (q_codes_t.flatten(0, 1), [d, block_m]), (dot_codes_t.flatten(0, 1), [d, block_m]))
+    k, v = fp8_descriptors((k_codes.flatten(1), [block_n, d]), (v_codes.flatten(1), [block_n, d]))
+    rec = TensorDescriptor.from_tensor(records.flatten(0, 1), [block_m, 4],
+                                       gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2))
+    return q, do, qt, dot, rec, k, v
+
+
+def query_record_layout(block_m: int):
+    """The layout of a query step's [BM, 4] records in which each thread holds the 4 words of
+    every query column it holds in the S^T accumulator (m64nBMk32 wgmma, 4 warps): one
+    16-byte load per query, and the split fields land in that accumulator's column layout
+    (``convert_layout(..., assert_trivial=True)`` checks it). Column c of the accumulator:
+    bit 0 and bits 3.. from registers, bits 1-2 from lanes 0-1."""
+    regs = [[0, 1], [0, 2], [1, 0]] + [[1 << b, 0] for b in range(3, block_m.bit_length() - 1)]
+    return gl.DistributedLinearLayout(reg_bases=regs, lane_bases=[[2, 0], [4, 0], [0, 0], [0, 0], [0, 0]],
+                                      warp_bases=[[0, 0], [0, 0]], block_bases=[], shape=[block_m, 4])
