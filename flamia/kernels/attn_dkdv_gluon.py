@@ -18,8 +18,10 @@ bookkeeping serve twice the queries: 1188 SASS instructions per unmasked 64-quer
 Triton kernel on 32-query steps on the five workloads measured (configs.py has the figures).
 The query records are then read as copied, without a select on the document's end (only
 masked steps reach past it, and their visibility rule zeroes those queries): 1011
-instructions per step (25 spill instructions, 5 loads of them on the unmasked path) and
-3.7-7.0% less CUDA time on the six workloads (configs.py).
+instructions per step and 3.7-7.0% less CUDA time on the six workloads (configs.py). The key
+words then come once per 32-key block (``block_key_records``), so a thread's two key rows
+share vf and grad_scores' vf rf is one value per query column: 993 instructions per step
+(21 spill instructions, 3 loads of them on the unmasked path; session 10 call 4).
 Tried and measured worse: at 32-query steps, the next step's S^T and dP^T issued before the
 dK payload (waited for with it: 4-14% slower) or queued behind the dK tile (318 spill
 instructions), the records' document-end select on masked steps only (5 spills); a TMA
