@@ -28,7 +28,9 @@ instructions), the records' document-end select on masked steps only (5 spills);
 producer warp (branch ``next/dkdv-producer``: Triton 3.6 gives the MMA warps 256 registers,
 so one program per SM, 21-30% slower); a barrier ring per copied operand, which takes the
 step from 7 bar.sync to 3 (Triton 3.6 puts one between two accesses of one mbarrier
-allocation) for 5 waits instead of 1 (4-6% slower, session 10 call 6).
+allocation) for 5 waits instead of 1 (4-6% slower, session 10 call 6); each half's records read
+before the wait for its S^T and dP^T, under the products (7 spill instructions on the
+unmasked path against 3; 1.5-3.2% slower, call 8).
 
 The step order (per head, the full steps then the masked ones), the payload
 (``bwd_math.grad_scores``, ``row_scaled_codes``) and the wgmma shapes are the Triton kernel's,

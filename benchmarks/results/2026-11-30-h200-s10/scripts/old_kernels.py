@@ -1,5 +1,5 @@
 """Recreate, from git, the kernel files that the session's A/B calls swapped in as "old" (ab3.py, ab5.py), into
-scratch/calls/ (or DIR): python old_kernels.py CALL [DIR], CALL in 2, 3, 4, 6. Run from the repository root."""
+scratch/calls/ (or DIR): python old_kernels.py CALL [DIR], CALL in 2, 3, 4, 6, 8. Run from the repository root."""
 import pathlib, subprocess, sys
 
 call, out = sys.argv[1], pathlib.Path(sys.argv[2] if len(sys.argv) > 2 else "scratch/calls")
@@ -42,5 +42,8 @@ elif call == "4":  # 81ede52's kernels with their helpers, loaded under other na
 elif call == "6":  # 653e3b9's dK/dV as "old"; the tree of the call was 653e3b9 with call6_rings.patch applied
     write("old653_dkdv_gluon.py", show("653e3b9", "attn_dkdv_gluon.py"))
     print("tree of the call: git checkout 653e3b9 && git apply", here / "call6_rings.patch")
+elif call == "8":  # a7ad450's dK/dV as "old"; the tree of the call was a7ad450 with call8_early_records.patch
+    write("olda7_dkdv_gluon.py", show("a7ad450", "attn_dkdv_gluon.py"))
+    print("tree of the call: git checkout a7ad450 && git apply", here / "call8_early_records.patch")
 else:
-    sys.exit(f"CALL: one of 2, 3, 4, 6, got {call}")
+    sys.exit(f"CALL: one of 2, 3, 4, 6, 8, got {call}")
