@@ -134,10 +134,12 @@ def block_key_records(p_krec, k_lo, o_j, n_k, BLOCK: tl.constexpr, N: tl.constex
     """[N] int32 ``key_records`` words of keys k_lo + o_j (o_j [N] = 0..N-1 in any order or
     layout; k_lo and N multiples of BLOCK, the keys' scale block, blocks starting at the
     document's first key), read once per block: every key of a block shares its exponents.
-    Keys past a document's end take its last block's word, or eK = eV = 0 past n_k; callers
-    mask those keys out. The compiler folds the per-key selection, so each thread holds
-    N / BLOCK words instead of one per key it holds: the Gluon forward keeps its wgmma
-    accumulators out of local memory, and prefetches the next tile's words in 4 registers.
+    Keys past a document's end take the word of the block they fall in (the document's last
+    block, then the next document's), or eK = eV = 0 past n_k; callers mask those keys out.
+    The compiler folds the per-key selection, so each thread holds N / BLOCK words instead of
+    one per key it holds: the Gluon forward keeps its wgmma accumulators out of local memory
+    and prefetches the next tile's words in 4 registers, and in the Gluon dK/dV a thread's two
+    key rows share one word (so ``grad_scores``' vf rf is one value per query column).
     BLOCK = 1 (per-token exponents) or N not a multiple of BLOCK reads a word per key.
     ``record_factors`` decodes the words."""
     if BLOCK == 1 or N % BLOCK != 0:  # per-token exponents, or steps within a block: a word per key
