@@ -197,19 +197,19 @@ def test_backward_matches_emulator_gpu(tile_cfg):
         assert dq_err <= (1e-6 if tile_cfg.dq_atomic else 0.0), f"{what}: dQ differs ({dq_err:.3g})"
 
 
-# Bitwise checks of the Gluon dQ kernel: its shipped tiles (64-row tiles, 64-key steps) on
+# Bitwise checks of the Gluon dQ and dK/dV kernels: their shipped tiles on
 # the CASES geometries, longer documents for several steps and a wrapping copy ring, rotation
 # on (D=128) and off (D=64), per-token exponents.
-GLUON_DQ_CASES = {**{name: (*case[:6], "mxfp8") for name, case in CASES.items()},
+GLUON_BWD_CASES = {**{name: (*case[:6], "mxfp8") for name, case in CASES.items()},
                   "long-causal-gqa": ((700, 1, 300, 129), None, (4, 2), 128, True, (-1, -1), "mxfp8"),
                   "long-window": ((700, 300), None, (2, 1), 64, False, (200, 70), "mxfp8"),
                   "long-per-token": ((700, 300), None, (2, 2), 128, True, (-1, -1), "mxfp8-exact")}
 
 
 def _gluon_case(name, tiles=AttnTiles()):
-    """The backward launcher's arguments on GLUON_DQ_CASES[name] (the emulator's forward), for
+    """The backward launcher's arguments on GLUON_BWD_CASES[name] (the emulator's forward), for
     ``tiles``."""
-    lens_q, lens_k, (hq, hkv), d, causal, window, recipe = GLUON_DQ_CASES[name]
+    lens_q, lens_k, (hq, hkv), d, causal, window, recipe = GLUON_BWD_CASES[name]
     lens_k = lens_k or lens_q
     g = torch.Generator().manual_seed(len(name))
     q, do = (torch.randn(sum(lens_q), hq, d, generator=g).to(DEVICE, torch.bfloat16) for _ in range(2))
@@ -221,7 +221,7 @@ def _gluon_case(name, tiles=AttnTiles()):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("name", list(GLUON_DQ_CASES))
+@pytest.mark.parametrize("name", list(GLUON_BWD_CASES))
 def test_gluon_dq_equals_triton(name):
     """The Gluon dQ kernel (attn_dq_gluon.py) and the Triton one on the same operands and
     tiles: dQ equal bit for bit."""
@@ -234,7 +234,7 @@ def test_gluon_dq_equals_triton(name):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("step", [64, 32], ids=["64-query-steps", "32-query-steps"])
-@pytest.mark.parametrize("name", list(GLUON_DQ_CASES))
+@pytest.mark.parametrize("name", list(GLUON_BWD_CASES))
 def test_gluon_dkdv_equals_triton(name, step):
     """The Gluon dK/dV kernel (attn_dkdv_gluon.py) and the Triton one on the same operands and
     tiles: dK and dV equal bit for bit, with query steps of 64 (two halves per step) and 32."""
@@ -250,11 +250,12 @@ def test_gluon_dkdv_equals_triton(name, step):
 def test_v_fold_as_one_multiply_gives_the_contract_codes(sigma):
     """NUMERICS.md 4: the backward kernels fold V into the P codes as p (vf rf) (one value of
     vf rf per query and key block, computed once) where the forward and the contract say
-    (p vf) rf; the E4M3 codes are the same over the range the operands take: p in [0, 2^tau], tau = 8 - sigma the largest the recipe allows,
-    eV in [EXP_MIN, 127 - tau] = [-100, 119 + sigma] and PV in [eV, 127] (the row's prefix max
-    covers every key it sees). Where a code is nonzero both orders are exact; elsewhere both
-    round below 2^-10, to zero. (Above 127 - tau the contract's p vf can overflow to inf and
-    the backward's order cannot; bf16 and fp32 inputs give eV <= 120.)"""
+    (p vf) rf; the E4M3 codes are the same over the range the operands take: p in
+    [0, 2^tau], tau = 8 - sigma the largest the recipe allows, eV in [EXP_MIN, 127 - tau] =
+    [-100, 119 + sigma] and PV in [eV, 127] (the row's prefix max covers every key it sees).
+    Where a code is nonzero both orders are exact; elsewhere both round below 2^-10, to zero.
+    (Above 127 - tau the contract's p vf can overflow to inf and the backward's order cannot;
+    bf16 and fp32 inputs give eV <= 120.)"""
     g = torch.Generator().manual_seed(sigma)
     n = 1 << 18
     tau = 8 - sigma

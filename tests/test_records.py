@@ -11,9 +11,8 @@ import triton
 import triton.language as tl
 
 from flamia.formats.scales import EXP_MAX, EXP_MIN
-from flamia.kernels.records import (block_key_records, key_factor_records, key_factors, key_records,
-                                    packed_key_factors, query_fields, query_fields_by_word, query_records,
-                                    record_factors)
+from flamia.kernels.records import (block_key_records, key_records, packed_key_factors, query_fields,
+                                    query_fields_by_word, query_records, record_factors)
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 N = 64  # rows per program
@@ -49,16 +48,6 @@ def _block_key_kernel(p_krec, p_kout, n, k_lo, N: tl.constexpr, BLOCK: tl.conste
     kf, vf = record_factors(block_key_records(p_krec, k_lo, tl.arange(0, N), n, BLOCK, N))
     tl.store(p_kout + tl.arange(0, N), kf)
     tl.store(p_kout + N + tl.arange(0, N), vf)
-
-
-@triton.jit
-def _key_factor_kernel(p_kfr, p_out, n, N: tl.constexpr):
-    """Program h: (kf, vf) [2, N] of keys 0..N-1 of KV head h (keys >= n masked)."""
-    h = tl.program_id(0).to(tl.int64)
-    o = tl.arange(0, N)
-    kf, vf = key_factors(p_kfr + h * n * 2, o, o < n, True)
-    tl.store(p_out + (h * 2) * N + o, kf)
-    tl.store(p_out + (h * 2 + 1) * N + o, vf)
 
 
 def _inputs(t: int, hq: int, hkv: int, seed: int):
@@ -120,9 +109,9 @@ def test_key_factors_are_exact_powers_of_two():
     g = torch.Generator().manual_seed(7)
     k_exps, v_exps = (torch.randint(EXP_MIN, EXP_MAX + 1, (t, hkv), generator=g).to(torch.int8) for _ in range(2))
     k_exps[0], v_exps[0], k_exps[1], v_exps[1] = EXP_MIN, EXP_MAX, EXP_MAX, EXP_MIN
-    kfr = key_factor_records(k_exps.to(DEVICE), v_exps.to(DEVICE))
+    krec = key_records(k_exps.to(DEVICE), v_exps.to(DEVICE))
     out = torch.empty((hkv, 2, N), dtype=torch.float32, device=DEVICE)
-    _key_factor_kernel[(hkv,)](kfr, out, t, N=N)
+    _key_kernel[(hkv,)](krec, out, t, N=N)
     out = out.cpu()
     for h in range(hkv):
         assert torch.equal(out[h, 0, :t], _pow2(k_exps[:, h])) and torch.equal(out[h, 1, :t], _pow2(v_exps[:, h]))

@@ -36,8 +36,7 @@ from .bwd_math import (doc_bounds, grad_scores, masked_step, query_factors, reci
 from .fp8 import interpreting, maybe_masked_load, mma, mul_rn, pow2, to_output
 from .hadamard import rotate
 from .layout import check_operand, transposed_extent
-from .records import (block_key_records, key_factor_records, key_factors, key_records, query_fields, query_records,
-                      record_factors)
+from .records import block_key_records, key_records, query_fields, query_records, record_factors
 from .worklist import program_tile, tile_list
 
 LOG2E = math.log2(math.e)
@@ -59,14 +58,6 @@ def _load_cols(p, o_t, span, stride, D: tl.constexpr, MASK: tl.constexpr):
     is a multiple of T_ALIGN keeps the mask constant over 16-byte vectors."""
     o_x = tl.arange(0, D).to(tl.int64)[:, None] * stride + o_t[None, :]  # [D, N]
     return maybe_masked_load(p + o_x, (o_t < span)[None, :], 0.0, MASK)
-
-
-@triton.jit
-def _key_factors(p_kfr, o_k, m_k, MASK: tl.constexpr):
-    """Per-key vectors [N] fp32 of keys o_k (``records.key_factors``; p_kfr at the document's
-    first key and the KV head): (kf = 2^eK, vf = 2^eV, vinv = 2^-eV)."""
-    kf, vf = key_factors(p_kfr, o_k, m_k, MASK)
-    return kf, vf, reciprocal_pow2(vf)
 
 
 @triton.jit
@@ -103,7 +94,7 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_r
     """One query step [i0, i0 + BM) of a key tile: adds its dK payload (without its keys'
     2^(eK - eV): W^T of ``grad_scores``) and its dV payload to acc_dk, acc_dv [BN, D], and with
     DQ_ATOMIC its dQ payload to p_dqa (``_dq_atomic_add``; b_kt [D, BN] K^T codes). b_k,
-    b_v: [BN, D] codes; key: (s2 kf, kf, vf, vinv) [BN], ``_key_factors`` and the scores'
+    b_v: [BN, D] codes; key: (s2 kf, kf, vf, vinv) [BN], the tile's key factors and the scores'
     row factor; o_k: [BN] key
     positions; p_rows = (Q^, dO^) row-major and p_cols = (Q^T, dOt^T) transposed (row stride
     tq_t), p_rec as ``query_factors``, p_dote (dot_exps) and p_dqa: all at the document's
@@ -134,11 +125,12 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_r
 
 
 @triton.jit
-def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_kfr, p_cu_q, p_cu_k, p_cu_qt,
+def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_krec, p_cu_q, p_cu_k, p_cu_qt,
                  p_cu_kt, p_work, width, p_dk, p_dv, p_dqa, s2, scale, inv_sqrt_d, wl, wr, total_q, total_k, heads_q,
                  tq_t, tk_t,
                  GROUP: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
-                 BN: tl.constexpr, ROTATE_STAGES: tl.constexpr, DQ_ATOMIC: tl.constexpr, INTERPRET: tl.constexpr):
+                 BN: tl.constexpr, SCALE_BLOCK: tl.constexpr, ROTATE_STAGES: tl.constexpr, DQ_ATOMIC: tl.constexpr,
+                 INTERPRET: tl.constexpr):
     """Program ((document, key tile), KV head): dK and dV [BN, D] of the tile, summed over
     the query heads of its GQA group, stored in p_dk's dtype (dK rotated back when
     ROTATE_STAGES > 0); with DQ_ATOMIC, also the tile's dQ payloads, added to the fp32
@@ -159,8 +151,10 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_kfr, 
     o_kv = (k_start * heads_kv + h_k) * D  # the document's first K, V, dK, dV row of this head
     b_k = _load_rows(p_k + o_kv, o_k, m_k, heads_kv * D, D, True)  # [BN, D]
     b_v = _load_rows(p_v + o_kv, o_k, m_k, heads_kv * D, D, True)  # [BN, D]
-    kf, vf, vinv = _key_factors(p_kfr + (h_k * total_k + k_start) * 2, o_k, m_k, True)
-    key = (s2 * kf, kf, vf, vinv)  # s2 rides on the key's factor, fixed for the whole tile
+    # [BN] 2^eK, 2^eV, a word per scale block (keys past the document: masked steps only)
+    kf, vf = record_factors(block_key_records(p_krec + h_k * total_k + k_start, k0, tl.arange(0, BN),
+                                              total_k - k_start, SCALE_BLOCK, BN))
+    key = (s2 * kf, kf, vf, reciprocal_pow2(vf))  # s2 rides on the key's factor, fixed for the whole tile
     b_kt = b_k  # a placeholder the steps ignore unless DQ_ATOMIC
     if DQ_ATOMIC:
         b_kt = _load_cols(p_kt + h_k * D * tk_t + k_start_t, o_k, span_k, tk_t, D, True)  # [D, BN]
@@ -297,7 +291,7 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     document starts (``aligned_starts``, as the quantizers return them). D is 64 or 128 and Hq
     a multiple of Hkv. scale_block: the tokens that share an exponent (32, or 1 for per-token
     exponents; K's blocks start at document starts). key_rec: ``key_records(k_exps, v_exps)``
-    [Hkv, Tk] int32 if the caller has it (the forward's), else built here for dQ.
+    [Hkv, Tk] int32 if the caller has it (the forward's), else built here.
     Returns dq [Tq, Hq, D], dk and dv [Tk, Hkv, D] in ``out_dtype`` (fp32, bf16 or fp16,
     rounded to nearest even from the fp32 values: the rotate-back and the cast happen before
     the store, where a separate torch pass would read and write every gradient several times).
@@ -362,11 +356,11 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
                                                 num_warps=tiles.bwd_warps, **gluon_args)
     else:
         _dkdv_kernel[(work.shape[1], hkv)](q_codes, q_codes_t, k_codes, k_codes_t, v_codes, do_codes,
-                                           dot_codes_t, dot_exps, records, key_factor_records(k_exps, v_exps),
+                                           dot_codes_t, dot_exps, records, key_rec,
                                            cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, work,
                                            work.shape[1], dk, dv, dq_sums,
                                            tq_t=tq_t, tk_t=tk_t, BM=tiles.bwd_block_m, BN=tiles.bwd_block_n,
-                                           DQ_ATOMIC=tiles.dq_atomic, num_warps=tiles.bwd_warps,
+                                           SCALE_BLOCK=scale_block, DQ_ATOMIC=tiles.dq_atomic, num_warps=tiles.bwd_warps,
                                            num_stages=tiles.bwd_stages, **args)
     if tiles.dq_atomic:
         grid = (triton.cdiv(tq, tiles.dq_block_m), hq)

@@ -6,12 +6,11 @@ the dK/dV kernel's (ncu, H200, 2026-11-29); one 16-byte record per query and one
 key, tokens contiguous, cut the backward from 27.6 to 20.9 ms on eq8x8k, bitwise unchanged.
 The packed words hold each exponent e as the fp32 exponent field of 2^e (e + 127, 8 bits),
 at bits 23-30 or 15-22, so a decoder makes the fp32 factor with one mask, or a shift
-and a mask, instead of a sign extension, a bias and a shift (``_field_pow2``).
-Where the dQ kernel reads keys (a key vector per step), it reads their fp32 factors instead
-(``key_factor_records``): the decoding of eK and eV took about 100 of the step loop's 999
-instructions, and dQ went from 7.17 to 6.37 ms on eq8x8k (H200, 2026-11-30). The same fp32
-form did not pay elsewhere: 32-byte query records made the dK/dV kernel 19% slower, and fp32
-key factors made the forward spill (2.8% slower), so those keep the packed exponents.
+and a mask, instead of a sign extension, a bias and a shift (``_field_pow2``). Kernels that
+read keys per step read one word per 32-key scale block (``block_key_records``), so the
+decoding is cheap there too. (fp32 factors instead of packed exponents: 32-byte query records
+made the dK/dV kernel 19% slower, fp32 key factors made the forward spill, 2.8% slower; dQ
+read fp32 key factors for a session, until block words served it as well.)
 Builders and decoders are Triton (the builders one launch each, no host sync).
 """
 import torch
@@ -56,23 +55,10 @@ def key_records(k_exps: torch.Tensor, v_exps: torch.Tensor) -> torch.Tensor:
     per (KV head, key), tokens contiguous: a key tile reads one coalesced vector instead of
     two byte vectors strided by heads; ``packed_key_factors`` decodes it.
     k_exps, v_exps: [Tk, Hkv] int8."""
-    return _build_key_records(k_exps, v_exps, factors=False)
-
-
-def key_factor_records(k_exps: torch.Tensor, v_exps: torch.Tensor) -> torch.Tensor:
-    """[Hkv, Tk, 2] fp32: (kf = 2^eK, vf = 2^eV) per (KV head, key), tokens contiguous;
-    ``key_factors`` reads them. k_exps, v_exps: [Tk, Hkv] int8."""
-    return _build_key_records(k_exps, v_exps, factors=True)
-
-
-def _build_key_records(k_exps: torch.Tensor, v_exps: torch.Tensor, factors: bool) -> torch.Tensor:
-    """One launch of ``_key_records_kernel``: ``key_factor_records`` if factors, else ``key_records``."""
     total, heads_kv = k_exps.shape
-    shape, dtype = ((heads_kv, total, 2), torch.float32) if factors else ((heads_kv, total), torch.int32)
-    rec = torch.empty(shape, dtype=dtype, device=k_exps.device)
+    rec = torch.empty((heads_kv, total), dtype=torch.int32, device=k_exps.device)
     if total and heads_kv:
-        _key_records_kernel[(triton.cdiv(total, _ROWS), heads_kv)](k_exps, v_exps, rec, total, heads_kv,
-                                                                   FACTORS=factors, N=_ROWS)
+        _key_records_kernel[(triton.cdiv(total, _ROWS), heads_kv)](k_exps, v_exps, rec, total, heads_kv, N=_ROWS)
     return rec
 
 
@@ -98,20 +84,15 @@ def _query_records_kernel(p_qe, p_doe, p_pv, p_m, p_ro, p_delta, p_rec, total, h
 
 
 @triton.jit
-def _key_records_kernel(p_ke, p_ve, p_rec, total, heads_kv, FACTORS: tl.constexpr, N: tl.constexpr):
-    """Program (token chunk, KV head): the records of N keys, fp32 (2^eK, 2^eV) pairs if
-    FACTORS (``key_factor_records``), else packed exponent fields (``key_records``)."""
+def _key_records_kernel(p_ke, p_ve, p_rec, total, heads_kv, N: tl.constexpr):
+    """Program (token chunk, KV head): the records of N keys (``key_records``)."""
     h = tl.program_id(1).to(tl.int64)
     t = tl.program_id(0).to(tl.int64) * N + tl.arange(0, N)  # [N] keys
     m_t = t < total
     e_k = tl.load(p_ke + t * heads_kv + h, mask=m_t, other=0).to(tl.int32)
     e_v = tl.load(p_ve + t * heads_kv + h, mask=m_t, other=0).to(tl.int32)
     o_h = h * total + t  # [N] the key in [Hkv, Tk] order
-    if FACTORS:
-        tl.store(p_rec + o_h * 2, pow2(e_k), mask=m_t)
-        tl.store(p_rec + o_h * 2 + 1, pow2(e_v), mask=m_t)
-    else:
-        tl.store(p_rec + o_h, ((e_k + 127) << 23) | ((e_v + 127) << 15), mask=m_t)
+    tl.store(p_rec + o_h, ((e_k + 127) << 23) | ((e_v + 127) << 15), mask=m_t)
 
 
 @triton.jit
@@ -206,9 +187,3 @@ def _decode_query(m_bits, rq_bits, delta_bits, exps):
             _field_pow2(exps, 0), _field_pow2(exps, 8))
 
 
-@triton.jit
-def key_factors(p_kfr, o_k, m_k, MASK: tl.constexpr):
-    """(kf, vf) fp32 [N] of keys o_k from ``key_factor_records`` (p_kfr at the document's
-    first key of the head); MASK: mask the load with m_k (keys past it read 1, as eK = eV = 0)."""
-    o_r = o_k.to(tl.int64)[:, None] * 2 + tl.arange(0, 2)[None, :]  # [N, 2]
-    return tl.split(maybe_masked_load(p_kfr + o_r, m_k[:, None], 1.0, MASK))
