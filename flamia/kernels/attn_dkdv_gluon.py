@@ -21,16 +21,17 @@ masked steps reach past it, and their visibility rule zeroes those queries): 101
 instructions per step and 3.7-7.0% less CUDA time on the six workloads (configs.py). The key
 words then come once per 32-key block (``block_key_records``), so a thread's two key rows
 share vf and grad_scores' vf rf is one value per query column: 993 instructions per step
-(21 spill instructions, 3 loads of them on the unmasked path; session 10 call 4).
+(21 spill instructions, 3 loads of them on the unmasked path; H200, 2026-11-30, session 10
+call 4: 2-4% less CUDA time).
 Tried and measured worse: at 32-query steps, the next step's S^T and dP^T issued before the
 dK payload (waited for with it: 4-14% slower) or queued behind the dK tile (318 spill
 instructions), the records' document-end select on masked steps only (5 spills); a TMA
 producer warp (branch ``next/dkdv-producer``: Triton 3.6 gives the MMA warps 256 registers,
 so one program per SM, 21-30% slower); a barrier ring per copied operand, which takes the
 step from 7 bar.sync to 3 (Triton 3.6 puts one between two accesses of one mbarrier
-allocation) for 5 waits instead of 1 (4-6% slower, session 10 call 6); each half's records read
-before the wait for its S^T and dP^T, under the products (7 spill instructions on the
-unmasked path against 3; 1.5-3.2% slower, call 8).
+allocation) for 5 waits instead of 1 (4-6% slower; H200, 2026-11-30, session 10 call 6); each
+half's records read before the wait for its S^T and dP^T, under the products (7 spill
+instructions on the unmasked path against 3; 1.5-3.2% slower, call 8).
 
 The step order (per head, the full steps then the masked ones), the payload
 (``bwd_math.grad_scores``, ``row_scaled_codes``) and the wgmma shapes are the Triton kernel's,

@@ -8,8 +8,8 @@ ahead, and the key words come once per 32-key block (``records.block_key_records
 three products are asynchronous FP8 wgmma: each step issues its dQ tile's product and then
 the next step's S and dP, and adds the dQ tile while those run, so the tensor cores go from
 one step's products to the next without waiting for the sum (H200, 2026-11-30, eq8x8k:
-5.61 -> 5.29 ms; the Triton kernel 5.66). Tried and level or slower (0.0-1.2%, session 10
-call 3): the next S issued as soon as this step's P codes are made and the next dP once W is,
+5.61 -> 5.29 ms; the Triton kernel 5.66). Tried and level or slower (0.0-1.2%; H200,
+2026-11-30, session 10 call 3): the next S issued as soon as this step's P codes are made and the next dP once W is,
 each on its operand's registers (no spills, 736 SASS instructions per step against 743), so
 that they run under the payload; the dQ tile then waits behind them.
 
