@@ -57,6 +57,12 @@ def _issue_scores(q_s, k_s, bars, j, BM: gl.constexpr, BN: gl.constexpr, STAGES:
 
 
 @gluon.jit
+def _to_rows(x, ROWS: gl.constexpr):
+    """A row vector reduced from folded scores, in the scores' row layout (the same registers)."""
+    return gl.convert_layout(x, ROWS, assert_trivial=True)
+
+
+@gluon.jit
 def attn_fwd_gluon_kernel(q_desc, p_qe, k_desc, vt_desc, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt, p_work, width,
                           p_o, p_lse, p_mo, p_ro,
                           total_q, total_k, tk_t, heads_q, heads_kv, s2, window_left, window_right,
@@ -126,7 +132,7 @@ def attn_fwd_gluon_kernel(q_desc, p_qe, k_desc, vt_desc, p_krec, p_pv, p_cu_q, p
         # carries it without ~64 register moves per tile.
         s_next = _issue_scores(q_s, k_s, bars, j + 1, BM, BN, STAGES, S_L)
         b_pq, b_alpha, b_l, b_m = scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU,
-                                                  (t < u_lo) | (t >= u_hi), False)
+                                                  (t < u_lo) | (t >= u_hi), False, _to_rows, ROW)
         # P^ V^ from zero, added in fp32 (attn_fwd._attend_tile says why).
         b_tile_o = warpgroup_mma(gl.convert_layout(b_pq, P_L), v_s.index(j % STAGES).permute((1, 0)),
                                  gl.zeros([BM, D], gl.float32, layout=O_L), use_acc=False, is_async=True)

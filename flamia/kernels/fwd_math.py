@@ -67,8 +67,31 @@ def finish_rows(b_l, b_m, b_pv, SIGMA: tl.constexpr):
 
 
 @triton.jit
+def same_layout(x, LAYOUT: tl.constexpr):
+    """``scores_to_codes``' TO_ROWS for the Triton kernel: its layouts are the compiler's."""
+    return x
+
+
+@triton.jit
+def _row_tree(x, IS_MAX: tl.constexpr, LEAVES: tl.constexpr):
+    """x [R, C] folded in halves along its columns down to [R, LEAVES] (max or sum of the
+    halves): each thread's part of a row then reduces as a tree of independent operations,
+    where a plain row reduction runs one dependent chain; C and LEAVES powers of two."""
+    R: tl.constexpr = x.shape[0]
+    C: tl.constexpr = x.shape[1]
+    if C > LEAVES:
+        x = tl.reshape(x, [R, 2, C // 2])
+        if IS_MAX:
+            x = tl.max(x, 1)
+        else:
+            x = tl.sum(x, 1)
+        x = _row_tree(x, IS_MAX, LEAVES)
+    return x
+
+
+@triton.jit
 def scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU: tl.constexpr, MASK,
-                    INTERPRET: tl.constexpr):
+                    INTERPRET: tl.constexpr, TO_ROWS: tl.constexpr = same_layout, ROWS: tl.constexpr = None):
     """NUMERICS.md 3's steps 1 (after the product) to 6 on one tile of key-scaled scores
     b_y = (Q^ K^T) * kf[None, :] [BM, BN] fp32 (the caller's multiply, so that a kernel may
     free the product's registers before its next product): the query factors, the mask
@@ -82,14 +105,14 @@ def scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU: 
     if MASK:
         m_vis = (o_n[None, :] >= b_first[:, None]) & (o_n[None, :] <= b_last[:, None])  # [BM, BN]
         b_y = tl.where(m_vis, b_y, float("-inf"))
-    b_mx = tl.max(b_y, 1) * b_qf                                    # [BM]
+    b_mx = TO_ROWS(tl.max(_row_tree(b_y, True, 8), 1), ROWS) * b_qf  # [BM]
     b_m_new = tl.where(b_mx > b_m + TAU, tl.ceil(b_mx), b_m)
     # Rows that have seen no key keep m = -inf and acc = l = 0: subtracting 0 instead keeps
     # NaN out of exp2 (their p is exp2(-inf) = 0 and alpha cannot change acc or l).
     b_m_ref = tl.where(b_m_new == float("-inf"), 0.0, b_m_new)
     b_alpha = tl.exp2(b_m - b_m_ref)                                # exact power of two
     b_p = tl.exp2(tl.fma(b_y, b_qf[:, None], -b_m_ref[:, None]))   # [BM, BN]
-    b_l = b_l * b_alpha + tl.sum(b_p, 1)                            # before the V fold
+    b_l = b_l * b_alpha + TO_ROWS(tl.sum(_row_tree(b_p, False, 8), 1), ROWS)  # before the V fold
     # (p vf) rf as the contract writes it: p (vf rf), the backward's order, gives the same codes
     # with one multiply per score fewer, and measured level here (NUMERICS.md 4).
     b_pq = to_e4m3((b_p * b_vf[None, :]) * b_rf[:, None], INTERPRET)  # [BM, BN] fp8
