@@ -1,0 +1,159 @@
+"""The MXFP8 forward of ``attn_fwd.py`` in Gluon, for Hopper: the next tile's scores run under
+this tile's softmax.
+
+Triton's ``tl.dot`` waits for each MMA where its result is first used, so the Triton forward
+runs Q^ K^T, waits, runs the softmax, runs P^ V^, waits: the tensor cores idle through the
+softmax unless another program on the SM fills them. Gluon (``triton.experimental.gluon``,
+Triton 3.6) issues FP8 wgmma asynchronously and waits where the kernel says: here each step
+waits for its own scores, issues the next tile's Q^ K^T, and runs its softmax and P^ V^
+while that product is in flight. One thread copies each K^ and V^T tile into NVMMA-swizzled
+shared memory with TMA, STAGES - 1 tiles ahead of the scores that read them (no per-thread
+addresses), and the key exponents come once per 32-key block (``records.block_key_records``):
+with a factor per key the next tile's scores did not fit beside this tile's (196 spill
+instructions at 128-key tiles). H200, 2026-11-30, eq8x8k, CUDA time of the kernel: 4.14 ms (the
+Triton kernel) -> 3.64 ms (benchmarks/results/2026-11-30-h200-s8, call 4). The next scores are
+issued once this tile's are read (scaled by the key factors), so their product takes the
+registers this tile's scores held and the loop carries it without moving it: 834 -> 770 SASS
+instructions per unmasked tile (64 register moves fewer, Triton 3.6 offline), 3.661 -> 3.450
+ms on eq8x8k and 4-6% less on the other five workloads (benchmarks/results/2026-11-30-h200-s10,
+call 3).
+
+The program mapping (``program_geometry``), the tile body's arithmetic (``scores_to_codes``)
+and the epilogue (``finish_rows``) are the Triton kernel's helpers (``fwd_math.py``), and the wgmma
+instruction shapes are those Triton picks for the same tiles, so the outputs equal the
+Triton kernel's bit for bit (the GPU tests check it). Gluon has no CPU interpreter: under
+TRITON_INTERPRET the Triton kernel runs, and the CPU suite checks that one against the
+emulator. The layouts name one warpgroup (4 warps, 64 query rows) per program.
+"""
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
+
+from .fp8 import pow2, to_output
+from ._main_fwd_math import finish_rows, program_geometry, scores_to_codes, visible_keys
+from .gluon_tma import WARPS, copy_barriers, fp8_descriptors, tma_load, wait_copy
+from .records import block_key_records, record_factors
+from .worklist import program_tile
+
+
+@gluon.jit
+def _copy_keys(k_desc, vt_desc, k_s, v_s, bars, slot, k_row, k_col, vt_row, vt_col):
+    """Start the TMA copies of one key tile, K^ [BN, D] at (k_row, k_col) into k_s[slot] and
+    V^T [D, BN] at (vt_row, vt_col) into v_s[slot], both completing bars[slot]. Rows and
+    columns past a tensor's end read zeros; keys past the document are the next document's
+    finite codes, whose P is zero (as in the Triton kernel's masked tiles)."""
+    bar = bars.index(slot)
+    mbarrier.expect(bar, k_desc.block_type.nbytes + vt_desc.block_type.nbytes)
+    tma_load(k_desc, [k_row, k_col], bar, k_s.index(slot))
+    tma_load(vt_desc, [vt_row, vt_col], bar, v_s.index(slot))
+
+
+@gluon.jit
+def _issue_scores(q_s, k_s, bars, j, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, S_L: gl.constexpr):
+    """Wait for key tile j's copies (slot j % STAGES) and start Q^ K^T [BM, BN] on them."""
+    wait_copy(bars, j, STAGES)
+    b_zero = gl.zeros([BM, BN], gl.float32, layout=S_L)
+    return warpgroup_mma(q_s, k_s.index(j % STAGES).permute((1, 0)), b_zero, use_acc=False, is_async=True)
+
+
+@gluon.jit
+def attn_fwd_gluon_kernel(q_desc, p_qe, k_desc, vt_desc, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt, p_work, width,
+                          p_o, p_lse, p_mo, p_ro,
+                          total_q, total_k, tk_t, heads_q, heads_kv, s2, window_left, window_right,
+                          TAU: gl.constexpr, SIGMA: gl.constexpr, D: gl.constexpr,
+                          BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, SCALE_BLOCK: gl.constexpr):
+    """``attn_fwd._attn_fwd_kernel``'s arguments and outputs (BM = 64, 4 warps), with Q^, K^
+    and V^T as TMA descriptors of their 2-D views [Tq, Hq D], [Tk, Hkv D], [Hkv D, Tk_t]
+    (blocks [BM, D], [BN, D], [D, BN])."""
+    # The wgmma accumulators (m64nNk32 FP8 instructions, Triton's choice for these tiles) and
+    # P^ as the register A operand of P^ V^.
+    S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, BN, 32])
+    O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, D, 32])
+    P_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=4)
+    ROW: gl.constexpr = gl.SliceLayout(1, S_L)
+    COL: gl.constexpr = gl.SliceLayout(0, S_L)
+
+    doc, tile = program_tile(p_work, width)  # longest documents, and their last tiles, first
+    if doc < 0:
+        return
+    h, hk, q_start, len_q, len_k, k_start, k_start_t, i0, off, wl, wr, t_lo, u_lo, u_hi, t_hi = program_geometry(
+        doc, tile, p_cu_q, p_cu_k, p_cu_kt, heads_q, heads_kv, window_left, window_right, BM, BN)
+    p_krec_doc = p_krec + hk.to(gl.int64) * total_k + k_start
+    n_k = total_k - k_start
+
+    q_s = gl.allocate_shared_memory(gl.float8e4nv, [BM, D], q_desc.layout)
+    k_s = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BN, D], k_desc.layout)
+    v_s = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, D, BN], vt_desc.layout)
+    bars = copy_barriers(STAGES + 1)  # the last: Q^'s
+    # Rows of Q^ past the document are the next document's (or zeros): their outputs are not
+    # stored. Tiles past t_hi are copied too and never read, so the loop needs no bounds on
+    # its copies; the last STAGES - 2 of them are waited for before the program ends.
+    mbarrier.expect(bars.index(STAGES), q_desc.block_type.nbytes)
+    tma_load(q_desc, [q_start + i0, h * D], bars.index(STAGES), q_s)
+    for i in gl.static_range(STAGES - 1):
+        _copy_keys(k_desc, vt_desc, k_s, v_s, bars, i, k_start + (t_lo + i) * BN, hk * D, hk * D,
+                   k_start_t + (t_lo + i) * BN)
+
+    o_m = i0 + gl.arange(0, BM, layout=ROW)                         # [BM] query positions
+    b_first, b_last = visible_keys(o_m, off, wl, wr, len_k)
+    m_row = o_m < len_q
+    o_row = q_start.to(gl.int64) + o_m                              # packed query rows
+    b_qf = s2 * pow2(gl.load(p_qe + o_row * heads_q + h, mask=m_row, other=0).to(gl.int32))  # [BM]
+    b_pv = gl.load(p_pv + o_row * heads_kv + hk, mask=m_row, other=0)  # [BM] int32
+    b_rf = pow2(SIGMA - b_pv)
+    b_acc = gl.zeros([BM, D], gl.float32, layout=O_L)
+    b_l = gl.zeros([BM], gl.float32, layout=ROW)
+    b_m = gl.full([BM], float("-inf"), gl.float32, layout=ROW)
+    o_nb = gl.arange(0, BN, layout=COL)                             # [BN]
+
+    mbarrier.wait(bars.index(STAGES), 0)
+    s_next = _issue_scores(q_s, k_s, bars, 0, BM, BN, STAGES, S_L)
+    rec_next = block_key_records(p_krec_doc, t_lo * BN, o_nb, n_k, SCALE_BLOCK, BN)  # [BN] int32
+    for t in range(t_lo, t_hi):
+        j = t - t_lo
+        o_n = t * BN + o_nb
+        b_kf, b_vf = record_factors(rec_next)                       # [BN] fp32 2^eK, 2^eV
+        # The next tile's words load under this tile's products and softmax.
+        rec_next = block_key_records(p_krec_doc, (t + 1) * BN, o_nb, n_k, SCALE_BLOCK, BN)
+        b_s = warpgroup_mma_wait(0, deps=(s_next,))                 # [BM, BN] this tile's Q^ K^T
+        # The slot tile j - 1 used is free: both its products have completed.
+        _copy_keys(k_desc, vt_desc, k_s, v_s, bars, (j + STAGES - 1) % STAGES, k_start + (t + STAGES - 1) * BN,
+                   hk * D, hk * D, k_start_t + (t + STAGES - 1) * BN)
+        b_y = b_s * b_kf[None, :]                                   # [BM, BN]
+        # The next tile's scores run under this tile's softmax (after the last tile, on
+        # keys no row reads: one product per program is spent to keep the loop uniform).
+        # Issued once b_s is read, its product can take b_s's registers: the loop then
+        # carries it without ~64 register moves per tile.
+        s_next = _issue_scores(q_s, k_s, bars, j + 1, BM, BN, STAGES, S_L)
+        b_pq, b_alpha, b_l, b_m = scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU,
+                                                  (t < u_lo) | (t >= u_hi), False)
+        # P^ V^ from zero, added in fp32 (attn_fwd._attend_tile says why).
+        b_tile_o = warpgroup_mma(gl.convert_layout(b_pq, P_L), v_s.index(j % STAGES).permute((1, 0)),
+                                 gl.zeros([BM, D], gl.float32, layout=O_L), use_acc=False, is_async=True)
+        b_tile_o = warpgroup_mma_wait(0, deps=(b_tile_o,))         # [BM, D]
+        b_acc = b_acc * gl.convert_layout(b_alpha, gl.SliceLayout(1, O_L))[:, None] + b_tile_o
+    warpgroup_mma_wait(0, deps=(s_next,))
+    n = t_hi - t_lo
+    for i in gl.static_range(STAGES - 2):
+        wait_copy(bars, n + 1 + i, STAGES)
+
+    b_ro, b_lse, b_m = finish_rows(b_l, b_m, b_pv, SIGMA)
+    b_o = to_output(b_acc * gl.convert_layout(b_ro, gl.SliceLayout(1, O_L))[:, None], gl.bfloat16, False)
+    o_mo = i0 + gl.arange(0, BM, layout=gl.SliceLayout(1, O_L))
+    o_do = gl.arange(0, D, layout=gl.SliceLayout(0, O_L))
+    p_o_tile = p_o + ((q_start.to(gl.int64) + o_mo)[:, None] * heads_q + h) * D + o_do[None, :]  # [BM, D]
+    gl.store(p_o_tile, b_o, mask=(o_mo < len_q)[:, None])
+    o_stat = h.to(gl.int64) * total_q + o_row
+    gl.store(p_lse + o_stat, b_lse, mask=m_row)
+    gl.store(p_mo + o_stat, b_m, mask=m_row)
+    gl.store(p_ro + o_stat, b_ro, mask=m_row)
+
+
+def operand_descriptors(q_codes, k_codes, v_codes_t, block_m: int, block_n: int):
+    """Host TMA descriptors of the forward's operands in the 2-D views and blocks that
+    ``attn_fwd_gluon_kernel`` reads: Q^ [Tq, Hq D] by [BM, D], K^ [Tk, Hkv D] by [BN, D],
+    V^T [Hkv D, Tk_t] by [D, BN]. q_codes [Tq, Hq, D], k_codes [Tk, Hkv, D], v_codes_t
+    [Hkv, D, Tk_t]: contiguous float8_e4m3fn."""
+    d = q_codes.shape[-1]
+    return fp8_descriptors((q_codes.flatten(1), [block_m, d]), (k_codes.flatten(1), [block_n, d]),
+                           (v_codes_t.flatten(0, 1), [d, block_n]))
