@@ -12,7 +12,7 @@ from flamia.formats.e4m3 import round_to_e4m3
 from flamia.formats.scales import exp2i, scale_exponent
 from flamia.kernels.attn_bwd import attention_backward
 from flamia.kernels.configs import AttnTiles
-from flamia.kernels.layout import aligned_starts, transposed_reference
+from flamia.kernels.layout import aligned_starts, transposed_extent, transposed_reference
 from flamia.reference.emulated import emulate_backward, emulate_forward
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -153,7 +153,7 @@ def test_backward_output_dtype_rounds_fp32_result(dtype):
 
 def test_backward_names_bad_argument():
     t, h, d = 5, 2, 64
-    codes, codes_t = torch.zeros((t, h, d), dtype=FP8), torch.zeros((h, d, 32), dtype=FP8)
+    codes, codes_t = torch.zeros((t, h, d), dtype=FP8), torch.zeros((h, d, transposed_extent(t, 1)), dtype=FP8)
     exps, stats = torch.zeros((t, h), dtype=torch.int8), torch.zeros((h, t))
     args = [codes, codes_t, exps, codes, codes_t, exps, codes, exps, codes, exps, codes_t,
             exps.int(),  # dot_exps: not int8

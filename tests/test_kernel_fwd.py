@@ -12,7 +12,7 @@ import torch
 
 from flamia.kernels.attn_fwd import attention_forward
 from flamia.kernels.configs import AttnTiles
-from flamia.kernels.layout import aligned_starts, transposed_reference
+from flamia.kernels.layout import aligned_starts, transposed_extent, transposed_reference
 from flamia.reference.emulated import emulate_forward
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -145,7 +145,8 @@ def test_forward_names_bad_argument():
     i8 = torch.int8
     args = [torch.zeros((t, h, d), dtype=FP8), torch.zeros((t, h), dtype=torch.int32),  # q_exps: not int8
             torch.zeros((t, h, d), dtype=FP8), torch.zeros((t, h), dtype=i8),
-            torch.zeros((h, d, 32), dtype=FP8), torch.zeros((t, h), dtype=i8), torch.zeros((t, h), dtype=torch.int32),
+            torch.zeros((h, d, transposed_extent(t, 1)), dtype=FP8), torch.zeros((t, h), dtype=i8),
+            torch.zeros((t, h), dtype=torch.int32),
             cu_seqlens([t]).cpu(), cu_seqlens([t]).cpu(), aligned_starts(cu_seqlens([t]).cpu())]
     with pytest.raises(ValueError, match="^q_exps: "):
         attention_forward(*args, causal=True, window_size=(-1, -1), softmax_scale=0.125, tau=4, sigma=4,

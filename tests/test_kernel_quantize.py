@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from flamia.kernels.configs import QuantizerTiles
-from flamia.kernels.layout import aligned_starts, aligned_starts_reference, transposed_extent, transposed_reference
+from flamia.kernels.layout import T_ALIGN, aligned_starts, aligned_starts_reference, transposed_extent, transposed_reference
 from flamia.kernels.quantize import quantize_grad_output, quantize_operand
 from flamia.reference import operands as ref
 
@@ -116,11 +116,12 @@ def test_grad_output_matches_reference(d, block):
 
 
 def test_aligned_starts():
-    """cu_t = [0, cumsum(round_up(len, 16))] and T_t = round_up(T, 16) + 16 * num_docs; the
+    """cu_t = [0, cumsum(round_up(len, 32))] and T_t = round_up(T, 32) + 32 * num_docs; the
     kernel equals the torch reference over more documents than one step of its sweep."""
-    assert aligned_starts(_cu_seqlens(LENGTHS)).tolist() == [0, 48, 64, 64, 144, 160]
-    assert aligned_starts_reference(_cu_seqlens(LENGTHS)).tolist() == [0, 48, 64, 64, 144, 160]
-    assert transposed_extent(sum(LENGTHS), len(LENGTHS)) == 128 + 16 * len(LENGTHS)
+    assert T_ALIGN == 32
+    assert aligned_starts(_cu_seqlens(LENGTHS)).tolist() == [0, 64, 96, 96, 192, 224]
+    assert aligned_starts_reference(_cu_seqlens(LENGTHS)).tolist() == [0, 64, 96, 96, 192, 224]
+    assert transposed_extent(sum(LENGTHS), len(LENGTHS)) == 128 + 32 * len(LENGTHS)
     lengths = torch.randint(0, 70, (2500,), generator=torch.Generator().manual_seed(0)).tolist()
     assert torch.equal(aligned_starts(_cu_seqlens(lengths)), aligned_starts_reference(_cu_seqlens(lengths)))
 
@@ -159,7 +160,7 @@ def test_transposed_gaps_are_zero(monkeypatch, hadamard):
     (lambda x, cu: quantize_grad_output(x, x, torch.ones(2, 3, device=DEVICE), cu), "ro"),
     (lambda x, cu: quantize_grad_output(x, x, torch.ones(2, 117, device=DEVICE), cu, step=48), "step"),
     (lambda x, cu: quantize_grad_output(x, x, torch.ones(2, 117, device=DEVICE), cu, block=8, step=8), "step"),
-    (lambda x, cu: quantize_grad_output(x, x, torch.ones(2, 117, device=DEVICE), cu, block=32, step=16), "block"),
+    (lambda x, cu: quantize_grad_output(x, x, torch.ones(2, 117, device=DEVICE), cu, block=64, step=32), "block"),
 ])
 def test_invalid_arguments_are_named(call, match):
     with pytest.raises(ValueError, match=match):
@@ -181,3 +182,4 @@ def test_real_size_matches_reference_on_gpu():
 def test_quantizer_tiles_name_a_unit_the_rotated_launch_cannot_hold(unit, warps):
     with pytest.raises(ValueError, match="^operand_unit: "):
         QuantizerTiles(operand_unit=unit, rotated_warps=warps)
+

@@ -15,7 +15,7 @@ first). Tiles and steps start at document starts. Steps whose pairs are all visi
 body as the others with the mask (and the masked loads) compiled out.
 Hopper's FP8 MMA needs K-major operands, hence the transposed inputs: dK reads Q^T, dQ reads
 K^T and dV reads dOt^T, with tokens contiguous and every document starting at a multiple of
-16 columns (layout.py), so their tiles load as 16-byte vectors.
+32 columns (layout.py), so their tiles load as 16-byte vectors.
 On the GPU, dQ and dK/dV run in Gluon (attn_dq_gluon.py, attn_dkdv_gluon.py); both equal these
 kernels bit for bit.
 """

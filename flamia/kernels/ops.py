@@ -26,7 +26,7 @@ class _TritonAttention(torch.autograd.Function):
         tiles, rotate, block = tiles_for(d), recipe.use_hadamard(d), recipe.scale_block
         # Q^T and K^T are written now, in the launch that reads Q and K anyway: the backward's
         # dK = G^T Q^ and dQ = G K^ need them as K-major FP8 operands. Transposed codes start
-        # every document at a multiple of 16 columns (layout.py): those starts and the
+        # every document at a multiple of 32 columns (layout.py): those starts and the
         # quantizers' tile list, built once per side (Q's serve K and V when both sides share
         # cu_seqlens), travel with the operands to the kernels.
         shared = spec.cu_seqlens_k is spec.cu_seqlens_q

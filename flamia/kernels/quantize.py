@@ -2,7 +2,7 @@
 
 One launch reads an operand once and writes every orientation the attention kernels need:
 row-major codes [T, H, D] (K-major for products over the head dim), transposed codes
-[H, D, T_t] (K-major for products over tokens, every document starting at a multiple of 16
+[H, D, T_t] (K-major for products over tokens, every document starting at a multiple of 32
 columns: layout.py) and dense per-token exponents [T, H]. The dO launch adds the second
 representation dOt^ and the softmax-gradient row term D.
 
