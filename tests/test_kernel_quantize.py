@@ -183,3 +183,8 @@ def test_quantizer_tiles_name_a_unit_the_rotated_launch_cannot_hold(unit, warps)
     with pytest.raises(ValueError, match="^operand_unit: "):
         QuantizerTiles(operand_unit=unit, rotated_warps=warps)
 
+
+@pytest.mark.parametrize("parts", [0, 3, 8])
+def test_quantizer_tiles_name_transposed_pieces_the_store_cannot_fill(parts):
+    with pytest.raises(ValueError, match="^transposed_parts: "):
+        QuantizerTiles(transposed_parts=parts)

@@ -129,13 +129,21 @@ class QuantizerTiles:
     per thread, so ``operand_unit`` is a multiple of 32 x ``rotated_warps``): 0.316 -> 0.235 ms on eq8x8k,
     bitwise equal (benchmarks/results/2026-11-30-h200-s7, call 5); session 9 made its loads
     and stores coalesced (rotated_quantizer.py): 0.233 -> 0.184 ms per launch on eq8x8k
-    (benchmarks/results/2026-11-30-h200-s9, call 4)."""
+    (benchmarks/results/2026-11-30-h200-s9, call 4). ``transposed_parts``: the rotated
+    launch's transposed codes leave in that many pieces of head-dim rows, after which the row
+    codes (session 11, call 3, ``qab.jsonl``, do_bench medians of 3 interleaved rounds, 32-token
+    document starts): 4 pieces 0.1659 ms on eq8x8k, 2 pieces 0.1844, the whole tile before the
+    row codes (254 registers) 0.1867; logu29-64k 0.1651 / 0.1826 / 0.1852; bitwise equal."""
 
     operand_unit: int = 32
     rotated_warps: int = 1
+    transposed_parts: int = 4
     plain_warps: int = 2
 
     def __post_init__(self):
+        if self.transposed_parts not in (1, 2, 4):
+            raise ValueError(f"transposed_parts: a piece of D / parts head-dim rows must fill the transposed store's "
+                             f"16-row layout at D = 64, so parts is 1, 2 or 4, got {self.transposed_parts}")
         if self.operand_unit % (32 * self.rotated_warps) or not 32 <= self.operand_unit <= 512:
             raise ValueError(f"operand_unit: the rotated launch holds a token row per thread and stores 16 tokens "
                              f"per thread transposed, so it must be a multiple of 32 * rotated_warps "

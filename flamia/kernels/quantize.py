@@ -237,7 +237,7 @@ def quantize_operand(x: torch.Tensor, cu_seqlens: torch.Tensor, block: int = 32,
         if hadamard and transposed and not interpreting():
             # a token row per thread, so the butterflies stay in registers (rotated_quantizer.py)
             rotated_operand_kernel[grid](x, codes, codes_t, exps, cu_seqlens, cu_t, **common, **args,
-                                          num_warps=QUANTIZER.rotated_warps)
+                                          PARTS=QUANTIZER.transposed_parts, num_warps=QUANTIZER.rotated_warps)
         else:
             _quantize_operand_kernel[grid](x, codes, codes_t, exps, cu_seqlens, cu_t, **common, **args,
                                            TRANSPOSED=transposed, INTERPRET=interpreting(),

@@ -19,6 +19,10 @@ CUDA time of the Q and K launches together (H200, 2026-11-30, session 9 call 4, 
 medians of 5 rounds, codes bitwise unchanged): eq8x8k 0.465 -> 0.368 ms (2.92 TB/s),
 skew8k+224x256 0.596 -> 0.400, logu29-64k 0.604 -> 0.393, eq4x4k 0.124 -> 0.094; with V's
 launch the three quantizers move 3.08 TB/s on eq8x8k. Coalescing the loads alone: 0.396.
+Session 11 moves the transposed codes first and in four pieces (``_store_columns``): 254 ->
+168 registers, 8 -> 12 warps per SM; per launch on eq8x8k 0.1867 -> 0.1659 ms, on
+logu29-64k (with 32-token document starts, layout.py) 0.1852 -> 0.1651 (H200, 2026-11-30,
+benchmarks/results/2026-11-30-h200-s11/call3, codes bitwise unchanged).
 
 The arithmetic is the Triton kernel's, through the same helpers (``rotate``,
 ``block_exponents``, ``to_e4m3``; layout.py's ``unit_columns``, ``zero_tail``), so the codes
@@ -45,12 +49,35 @@ def _rows(t0, end, h, H, UNIT: gl.constexpr, D: gl.constexpr, L: gl.constexpr):
 
 
 @gluon.jit
+def _store_columns(p_t, b_x, d0, o_c, m_c, h, T_t, D: gl.constexpr, PIECE: gl.constexpr, COLS: gl.constexpr):
+    """Store the E4M3 codes of b_x [UNIT, C] fp32 (scaled, a token row per thread) as head-dim
+    rows d0..d0+C of head h of the transposed codes [H, D, T_t], at columns o_c where m_c
+    ([UNIT] each, in layout SliceLayout(0, COLS)), PIECE rows at a time: each piece goes
+    through shared memory alone, so the moved values of the whole tile are never live at
+    once (offline, Triton 3.6: 168 registers instead of 254 for the whole tile, 12 warps per
+    SM instead of 8)."""
+    UNIT: gl.constexpr = b_x.shape[0]
+    C: gl.constexpr = b_x.shape[1]
+    if C > PIECE:
+        b_lo, b_hi = gl.split(gl.permute(gl.reshape(b_x, [UNIT, 2, C // 2]), [0, 2, 1]))  # [UNIT, C / 2] each
+        _store_columns(p_t, b_lo, d0, o_c, m_c, h, T_t, D, PIECE, COLS)
+        _store_columns(p_t, b_hi, d0 + C // 2, o_c, m_c, h, T_t, D, PIECE, COLS)
+    else:
+        o_d = d0 + gl.arange(0, C, layout=gl.SliceLayout(1, COLS)).to(gl.int64)  # [C] head-dim rows
+        # fp32 values move and round after: moved as fp8 (session 9), int8 or int16 (session 11)
+        # the transposed codes came back wrong (H200, Triton 3.6).
+        b_t = to_e4m3(gl.convert_layout(gl.permute(b_x, [1, 0]), COLS), False)  # [C, UNIT]
+        gl.store(p_t + column_offsets(o_d, o_c, h, T_t, D), b_t, mask=m_c[None, :])
+
+
+@gluon.jit
 def rotated_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_work, width, num_docs,
                             T_t, H, inv_sqrt_d, D: gl.constexpr, UNIT: gl.constexpr, BLOCK: gl.constexpr,
-                            HADAMARD_STAGES: gl.constexpr, T_ALIGN: gl.constexpr):
+                            HADAMARD_STAGES: gl.constexpr, T_ALIGN: gl.constexpr, PARTS: gl.constexpr):
     """Program ((document, unit), head), UNIT = 32 * num_warps tokens: the arguments and the
     outputs of ``quantize._quantize_operand_kernel`` with the rotation on and the transposed
-    codes written."""
+    codes written; PARTS: the transposed codes leave in PARTS pieces of D / PARTS head-dim
+    rows (``_store_columns``)."""
     # [UNIT, D]: a token row per thread, for the butterflies. LOAD and STORE: 16 bytes per
     # thread, consecutive threads along a row, so each warp reads and writes whole rows at once
     # (a row per thread left each 16-byte access in a different row: cache-bound, session 7's
@@ -64,8 +91,8 @@ def rotated_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqle
     if doc < 0:
         return
     h = gl.program_id(1).to(gl.int64)
-    o_d = gl.arange(0, D, layout=gl.SliceLayout(1, COLS)).to(gl.int64)  # [D] head-dim rows of codes_t
     if unit == 0:
+        o_d = gl.arange(0, D, layout=gl.SliceLayout(1, COLS)).to(gl.int64)  # [D] head-dim rows of codes_t
         o_j = gl.arange(0, 2 * T_ALIGN, layout=gl.SliceLayout(0, COLS))
         zero_tail(p_codes_t, cu_seqlens_t, doc, num_docs, h, o_d, o_j, T_t, D, T_ALIGN)
     start = gl.load(cu_seqlens + doc).to(gl.int64)
@@ -78,16 +105,16 @@ def rotated_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqle
     b_x = rotate(b_x.to(gl.float32), inv_sqrt_d, HADAMARD_STAGES)
     b_e = gl.convert_layout(block_exponents(b_x, BLOCK), gl.SliceLayout(1, ROWS))  # [UNIT]
     b_scaled = b_x * pow2(-b_e)[:, None]  # [UNIT, D]
-    # The codes change layout as int8: as fp8, a layout change returned wrong codes (below).
+    # [UNIT] this unit's columns of codes_t, valid up to its document's next multiple of T_ALIGN
+    o_c, m_c = unit_columns(cu_seqlens_t, doc, (end - start).to(gl.int32),
+                            unit * UNIT + gl.arange(0, UNIT, layout=gl.SliceLayout(0, COLS)), T_ALIGN)
+    # The transposed codes first, while b_scaled is live anyway: then the row codes' layout
+    # change does not hold b_scaled and the moved values together.
+    _store_columns(p_codes_t, b_scaled, 0, o_c, m_c, h, T_t, D, D // PARTS, COLS)
+    # The codes change layout as int8: as fp8, a layout change returned wrong codes.
     b_c = gl.convert_layout(to_e4m3(b_scaled, False).to(gl.int8, bitcast=True), STORE)
     o_x, m_x = _rows(start + unit * UNIT, end, h, H, UNIT, D, STORE)
     gl.store(p_codes + o_x, b_c.to(gl.float8e4nv, bitcast=True), mask=m_x)
     o_t = start + unit * UNIT + gl.arange(0, UNIT, layout=gl.SliceLayout(1, ROWS))  # [UNIT] packed rows
     gl.store(p_exps + o_t * H + h, b_e.to(gl.int8), mask=o_t < end)
-    # [UNIT] this unit's columns of codes_t, valid up to its document's next multiple of T_ALIGN
-    o_c, m_c = unit_columns(cu_seqlens_t, doc, (end - start).to(gl.int32),
-                            unit * UNIT + gl.arange(0, UNIT, layout=gl.SliceLayout(0, COLS)), T_ALIGN)
-    # The transpose moves fp32 values through shared memory and rounds them after: moved as
-    # fp8, half the transposed codes came back wrong (H200, Triton 3.6, 2026-11-30).
-    b_t = to_e4m3(gl.convert_layout(gl.permute(b_scaled, [1, 0]), COLS), False)  # [D, UNIT]
-    gl.store(p_codes_t + column_offsets(o_d, o_c, h, T_t, D), b_t, mask=m_c[None, :])
+
