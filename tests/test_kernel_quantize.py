@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from flamia.kernels.configs import QuantizerTiles
-from flamia.kernels.layout import T_ALIGN, aligned_starts, aligned_starts_reference, transposed_extent, transposed_reference
+from flamia.kernels.layout import (T_ALIGN, aligned_starts, aligned_starts_reference, token_columns, transposed_extent,
+                                   transposed_reference)
 from flamia.kernels.quantize import quantize_grad_output, quantize_operand
 from flamia.reference import operands as ref
 
@@ -126,6 +127,15 @@ def test_aligned_starts():
     assert torch.equal(aligned_starts(_cu_seqlens(lengths)), aligned_starts_reference(_cu_seqlens(lengths)))
 
 
+def test_token_columns_permute_each_16_token_group():
+    """The transposed codes' token order stays inside 16-token groups (tiles of 16 or more
+    tokens hold whole groups) and is the wgmma A operand's: token 8 j + 2 t + e at 4 t + 2 j + e."""
+    i = torch.arange(64)
+    cols = token_columns(i)
+    assert torch.equal(cols // 16, i // 16) and torch.equal(cols.sort().values, i)
+    assert cols[:16].tolist() == [0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15]
+
+
 @pytest.mark.parametrize("hadamard", [False, True])
 def test_transposed_gaps_are_zero(monkeypatch, hadamard):
     """Columns outside documents (between them and past the last) hold zero codes written by
@@ -147,7 +157,7 @@ def test_transposed_gaps_are_zero(monkeypatch, hadamard):
     for codes_t, cu_t in ((op.codes_t, op.cu_seqlens_t), (go.dot_codes_t, go.cu_seqlens_t)):
         outside = torch.ones(codes_t.shape[2], dtype=torch.bool)
         for start, length in zip(cu_t.tolist(), LENGTHS):
-            outside[start:start + length] = False
+            outside[start + token_columns(torch.arange(length))] = False
         assert outside.sum() > codes_t.shape[2] // 4  # gaps after 4 documents and a long tail
         assert not _bytes(codes_t[:, :, outside.to(codes_t.device)]).any()
 

@@ -35,7 +35,7 @@ from .bwd_math import (doc_bounds, grad_scores, masked_step, query_factors, reci
                        step_range, store_dq)
 from .fp8 import interpreting, maybe_masked_load, mma, mul_rn, pow2, to_output
 from .hadamard import rotate
-from .layout import check_operand, transposed_extent
+from .layout import check_operand, mma_token_order, transposed_extent
 from .records import block_key_records, key_records, query_fields, query_records, record_factors
 from .worklist import program_tile, tile_list
 
@@ -67,7 +67,7 @@ def _row_scaled_mma(b_g, b_op, INTERPRET: tl.constexpr):
     fp8 -> [R, D] fp32."""
     b_gc, b_f = row_scaled_codes(b_g, INTERPRET)
     b_zero = tl.zeros([b_g.shape[0], b_op.shape[1]], dtype=tl.float32)
-    return mma(b_gc, b_op, b_zero, INTERPRET) * b_f[:, None]
+    return mma(mma_token_order(b_gc), b_op, b_zero, INTERPRET) * b_f[:, None]
 
 
 @triton.jit
@@ -82,7 +82,7 @@ def _dq_atomic_add(p_dqa, b_gt, b_kt, qinv, o_i, m_i, heads_q, D: tl.constexpr, 
     b_g = tl.trans(b_gt)  # [BM, BN]
     b_gc, b_f = row_scaled_codes(b_g, INTERPRET)  # [BM, BN], [BM]
     b_zero = tl.zeros([D, b_g.shape[0]], dtype=tl.float32)
-    b_dqt = mma(b_kt, tl.trans(b_gc), b_zero, INTERPRET) * (b_f * qinv)[None, :]  # [D, BM]
+    b_dqt = mma(b_kt, tl.trans(mma_token_order(b_gc)), b_zero, INTERPRET) * (b_f * qinv)[None, :]  # [D, BM]
     o_dq = o_i.to(tl.int64)[None, :] * (heads_q * D) + tl.arange(0, D)[:, None]  # [D, BM]
     tl.atomic_add(p_dqa + o_dq, b_dqt, mask=m_i[None, :], sem="relaxed")
 
@@ -114,7 +114,7 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_r
     b_st = mma(b_k, tl.trans(b_q), b_zero, INTERPRET)  # [BN, BM] S^T
     b_dpt = mma(b_v, tl.trans(b_do), b_zero, INTERPRET)  # [BN, BM] dP^T before its factors
     b_pct, b_wt = grad_scores(b_st, b_dpt, key[0], qg, qry, key[2], o_i, o_k, geo, 1, MASK, INTERPRET)
-    b_dv = mma(b_pct, tl.trans(b_dott), tl.zeros_like(acc_dv), INTERPRET)  # [BN, D]
+    b_dv = mma(mma_token_order(b_pct), tl.trans(b_dott), tl.zeros_like(acc_dv), INTERPRET)  # [BN, D]
     acc_dv += b_dv * pow2(e_dot)
     # dK's payload rows are keys: 2^eK and 2^-eV are constant along a row, the epilogue's.
     acc_dk += _row_scaled_mma(b_wt, tl.trans(b_qt), INTERPRET)  # W^T is G^T 2^(eV - eK)

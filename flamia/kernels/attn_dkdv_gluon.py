@@ -47,6 +47,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from .bwd_math import doc_bounds, grad_scores, masked_step, query_factors, reciprocal_pow2, row_scaled_codes, step_range
 from .fp8 import E4M3_EQ, E4M3_MQ, mul_rn, pow2, scale_exponent, to_e4m3, to_output
 from .gluon_tma import WARPS, copy_barriers, fp8_descriptors, tma_load, wait_copy
+from .layout import mma_token_order
 from .hadamard import rotate
 from .records import block_key_records, query_record_fields, record_factors
 from .worklist import program_tile
@@ -135,10 +136,12 @@ def _step_product(b_a0, b_a1, b_s, BM: gl.constexpr, A_L: gl.constexpr, b_zero):
     [BN, 32] (b_a1 unused when BM = 32) against b_s [D, BM] in shared memory (K-major), chained
     in one fresh accumulator as one K = BM product's instructions."""
     SUB: gl.constexpr = b_a0.shape[1]
-    acc = warpgroup_mma(gl.convert_layout(b_a0, A_L), b_s.slice(0, SUB, dim=1).permute((1, 0)), b_zero,
+    acc = warpgroup_mma(gl.convert_layout(mma_token_order(b_a0), A_L, assert_trivial=True),
+                        b_s.slice(0, SUB, dim=1).permute((1, 0)), b_zero,
                         use_acc=False, is_async=True)
     if BM == 2 * SUB:
-        acc = warpgroup_mma(gl.convert_layout(b_a1, A_L), b_s.slice(SUB, SUB, dim=1).permute((1, 0)), acc,
+        acc = warpgroup_mma(gl.convert_layout(mma_token_order(b_a1), A_L, assert_trivial=True),
+                            b_s.slice(SUB, SUB, dim=1).permute((1, 0)), acc,
                             is_async=True)
     return warpgroup_mma_wait(0, deps=(acc,))
 

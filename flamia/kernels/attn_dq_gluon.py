@@ -26,6 +26,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup
 from .bwd_math import (doc_bounds, grad_scores, masked_step, query_factors, reciprocal_pow2, row_scaled_codes,
                        step_range, store_dq)
 from .gluon_tma import WARPS, copy_barriers, fp8_descriptors, tma_load, wait_copy
+from .layout import mma_token_order
 from .records import block_key_records, query_fields_by_word, record_factors
 from .worklist import program_tile
 
@@ -135,7 +136,8 @@ def dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, kt_desc, p_rec, p_krec, p_c
         kf, vf = record_factors(rec)                                # [BN] 2^eK, 2^eV
         b_w = grad_scores(b_s, b_dp, qx, kf, qry, vf, o_i, k0 + o_j, geo, 0, n >= n_full, False)[1]
         b_gc, b_f = row_scaled_codes(b_w * (kf * reciprocal_pow2(vf))[None, :], False)  # payload G's codes
-        b_t = warpgroup_mma(gl.convert_layout(b_gc, G_L), kt_s.index(n % STAGES).permute((1, 0)), b_zero_o,
+        b_t = warpgroup_mma(gl.convert_layout(mma_token_order(b_gc), G_L, assert_trivial=True),
+                            kt_s.index(n % STAGES).permute((1, 0)), b_zero_o,
                             use_acc=False, is_async=True)
         # The next step's products queue behind this dQ tile and run under its sum (after
         # the last step, on keys no row reads: two products per program kept for a uniform loop).

@@ -26,7 +26,7 @@ from .attn_fwd_gluon import attn_fwd_gluon_kernel, operand_descriptors
 from .configs import AttnTiles
 from .fp8 import interpreting, maybe_masked_load, mma, pow2, to_output
 from .fwd_math import finish_rows, program_geometry, scores_to_codes, visible_keys
-from .layout import check_operand, transposed_extent
+from .layout import check_operand, mma_token_order, transposed_extent
 from .records import key_records, packed_key_factors
 from .worklist import program_tile, tile_list
 
@@ -63,7 +63,7 @@ def _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k, p_vt, p_krec, k_lo, b_fi
                                                   b_last, TAU, MASK, INTERPRET)
     # P^ V^ starts from zero and is added in fp32: Hopper's FP8 MMA accumulates with reduced
     # precision, which over a whole row of key tiles cost 0.4% of O against the emulator.
-    b_tile_o = mma(b_pq, tl.trans(b_vt), tl.zeros_like(b_acc), INTERPRET)  # [BM, D]
+    b_tile_o = mma(mma_token_order(b_pq), tl.trans(b_vt), tl.zeros_like(b_acc), INTERPRET)  # [BM, D]
     b_acc = b_acc * b_alpha[:, None] + b_tile_o
     return b_acc, b_l, b_m_new
 

@@ -32,6 +32,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup
 from .fp8 import pow2, to_output
 from .fwd_math import finish_rows, program_geometry, scores_to_codes, visible_keys
 from .gluon_tma import WARPS, copy_barriers, fp8_descriptors, tma_load, wait_copy
+from .layout import mma_token_order
 from .records import block_key_records, record_factors
 from .worklist import program_tile
 
@@ -134,7 +135,8 @@ def attn_fwd_gluon_kernel(q_desc, p_qe, k_desc, vt_desc, p_krec, p_pv, p_cu_q, p
         b_pq, b_alpha, b_l, b_m = scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU,
                                                   (t < u_lo) | (t >= u_hi), False, _to_rows, ROW)
         # P^ V^ from zero, added in fp32 (attn_fwd._attend_tile says why).
-        b_tile_o = warpgroup_mma(gl.convert_layout(b_pq, P_L), v_s.index(j % STAGES).permute((1, 0)),
+        b_tile_o = warpgroup_mma(gl.convert_layout(mma_token_order(b_pq), P_L, assert_trivial=True),
+                                 v_s.index(j % STAGES).permute((1, 0)),
                                  gl.zeros([BM, D], gl.float32, layout=O_L), use_acc=False, is_async=True)
         b_tile_o = warpgroup_mma_wait(0, deps=(b_tile_o,))         # [BM, D]
         b_acc = b_acc * gl.convert_layout(b_alpha, gl.SliceLayout(1, O_L))[:, None] + b_tile_o

@@ -10,7 +10,14 @@ half the documents of a packed batch (and on skew8k+224x256 every odd row, T_t b
 multiple of 16) split that row over two sectors: 24% more store sectors (ncu, H200,
 2026-11-30), and the V quantizer took 0.19 ms on logu29-64k against 0.16 at 32. Columns between documents
 and past the last one hold zero codes: kernels load whole aligned tiles, and uninitialised
-FP8 bytes may be NaNs. Everything here runs on the device, without a host sync; the
+FP8 bytes may be NaNs.
+
+Within each 16-column group the tokens sit in the order of the FP8 wgmma's register A
+operand (``mma_token_order``): every product over tokens takes its other operand (P^, G,
+their transposes) from an accumulator in registers, and in that order each thread already
+holds the A operand's values, so the conversion needs no shuffles (FlashAttention-3 permutes
+V for its FP8 forward the same way). Token ``16 g + 8 j + 2 t + e`` of a document sits at
+column ``cu_t[b] + 16 g + 4 t + 2 j + e`` (``token_columns``). Everything here runs on the device, without a host sync; the
 launchers' shape check and the quantizers' column math (``unit_columns``, ``zero_tail``) live
 here too.
 """
@@ -67,6 +74,28 @@ def _aligned_starts_kernel(p_cu, p_starts, num_docs, T_ALIGN: tl.constexpr, CHUN
         carry += tl.sum(spans, axis=0)
 
 
+@triton.jit
+def mma_token_order(x):
+    """x [R, C] with tokens along its columns in order (C a multiple of 16) -> the same
+    values with each 16-column group in the transposed codes' order: column 4 t + 2 j + e of a
+    group holds token 8 j + 2 t + e. An FP8 wgmma accumulator gives lane t % 4 of each quad
+    its columns 8 j + 2 (t % 4) + e; the register A operand (k = 32) wants in lane t % 4 the
+    columns 4 (t % 4) + q of each 16: in this order they are the same registers, so the kernels
+    convert ``mma_token_order(P)`` to the A operand without data movement (``assert_trivial``
+    in Gluon)."""
+    R: tl.constexpr = x.shape[0]
+    C: tl.constexpr = x.shape[1]
+    x = tl.reshape(x, [R, C // 16, 2, 4, 2])  # [R, group, j, t, e]
+    return tl.reshape(tl.permute(x, [0, 1, 3, 2, 4]), [R, C])
+
+
+def token_columns(i: torch.Tensor) -> torch.Tensor:
+    """The column offset, from its document's first column, of each document-local token
+    index i (any integer tensor): ``mma_token_order``'s permutation in torch."""
+    group, j, t, e = i & ~15, (i >> 3) & 1, (i >> 1) & 3, i & 1
+    return group + 4 * t + 2 * j + e
+
+
 def transposed_extent(total: int, num_docs: int) -> int:
     """T_t, the column count of the transposed codes: a host-known bound on cu_t[-1] (each
     document adds at most T_ALIGN - 1 columns of padding), a multiple of T_ALIGN. It exceeds
@@ -111,11 +140,11 @@ def zero_tail(p_t, cu_seqlens_t, doc, num_docs, h, o_d, o_j, T_t, D: tl.constexp
 
 def transposed_reference(codes: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
     """The layout in torch, for tests: codes [T, H, D] (any dtype) -> [H, D, T_t] of that
-    dtype, token i of document b at column cu_t[b] + i and zeros elsewhere."""
+    dtype, token i of document b at column cu_t[b] + token_columns(i) and zeros elsewhere."""
     total, heads, d = codes.shape
     rows = torch.arange(total, dtype=cu_seqlens.dtype, device=codes.device)
     doc = torch.searchsorted(cu_seqlens[1:], rows, right=True)  # [T] each row's document
-    cols = rows + (aligned_starts_reference(cu_seqlens) - cu_seqlens)[doc]
+    cols = aligned_starts_reference(cu_seqlens)[doc] + token_columns(rows - cu_seqlens[doc])
     out = codes.new_zeros((heads, d, transposed_extent(total, cu_seqlens.numel() - 1)))
     out[:, :, cols.long()] = codes.permute(1, 2, 0)
     return out

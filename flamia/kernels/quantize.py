@@ -26,7 +26,8 @@ from ..validation import INPUT_DTYPES
 from .configs import QUANTIZER
 from .fp8 import block_exponents, interpreting, pow2, to_e4m3
 from .hadamard import rotate
-from .layout import T_ALIGN, aligned_starts, check_operand, column_offsets, transposed_extent, unit_columns, zero_tail
+from .layout import (T_ALIGN, aligned_starts, check_operand, column_offsets, mma_token_order, transposed_extent,
+                     unit_columns, zero_tail)
 from .rotated_quantizer import rotated_operand_kernel
 from .worklist import list_extent, program_tile, tile_list
 
@@ -90,11 +91,12 @@ def _row_offsets(o_t, h, H, D: tl.constexpr):
 
 @triton.jit
 def _store_transposed(p_t, b_t, cols, h, T_t, D: tl.constexpr, INTERPRET: tl.constexpr):
-    """Store the E4M3 codes of b_t [D, UNIT] fp32 (already scaled) at columns cols =
-    ``_unit_cols`` (o_c [UNIT], valid [UNIT]) of head h of a [H, D, T_t] tensor."""
+    """Store the E4M3 codes of b_t [D, UNIT] fp32 (already scaled, tokens in order) at columns
+    cols = ``_unit_cols`` (o_c [UNIT], valid [UNIT]) of head h of a [H, D, T_t] tensor, each
+    16 tokens in the layout's MMA order (``mma_token_order``)."""
     o_c, m_c = cols
-    tl.store(p_t + column_offsets(tl.arange(0, D).to(tl.int64), o_c, h, T_t, D), to_e4m3(b_t, INTERPRET),
-             mask=m_c[None, :])
+    tl.store(p_t + column_offsets(tl.arange(0, D).to(tl.int64), o_c, h, T_t, D),
+             to_e4m3(mma_token_order(b_t), INTERPRET), mask=m_c[None, :])
 
 
 @triton.jit

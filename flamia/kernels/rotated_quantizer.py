@@ -35,7 +35,7 @@ from triton.experimental.gluon import language as gl
 
 from .fp8 import block_exponents, pow2, to_e4m3
 from .hadamard import rotate
-from .layout import column_offsets, unit_columns, zero_tail
+from .layout import column_offsets, mma_token_order, unit_columns, zero_tail
 from .worklist import program_tile
 
 
@@ -66,7 +66,7 @@ def _store_columns(p_t, b_x, d0, o_c, m_c, h, T_t, D: gl.constexpr, PIECE: gl.co
         o_d = d0 + gl.arange(0, C, layout=gl.SliceLayout(1, COLS)).to(gl.int64)  # [C] head-dim rows
         # fp32 values move and round after: moved as fp8 (session 9), int8 or int16 (session 11)
         # the transposed codes came back wrong (H200, Triton 3.6).
-        b_t = to_e4m3(gl.convert_layout(gl.permute(b_x, [1, 0]), COLS), False)  # [C, UNIT]
+        b_t = to_e4m3(gl.convert_layout(mma_token_order(gl.permute(b_x, [1, 0])), COLS), False)  # [C, UNIT]
         gl.store(p_t + column_offsets(o_d, o_c, h, T_t, D), b_t, mask=m_c[None, :])
 
 
