@@ -64,8 +64,8 @@ def _store_columns(p_t, b_x, d0, o_c, m_c, h, T_t, D: gl.constexpr, PIECE: gl.co
         _store_columns(p_t, b_hi, d0 + C // 2, o_c, m_c, h, T_t, D, PIECE, COLS)
     else:
         o_d = d0 + gl.arange(0, C, layout=gl.SliceLayout(1, COLS)).to(gl.int64)  # [C] head-dim rows
-        # fp32 values move and round after: moved as fp8 (session 9), int8 or int16 (session 11)
-        # the transposed codes came back wrong (H200, Triton 3.6).
+        # fp32 values move and round after: moved as fp8 (session 9) or int8 (session 11), the
+        # transposed codes came back wrong (H200, Triton 3.6).
         b_t = to_e4m3(gl.convert_layout(mma_token_order(gl.permute(b_x, [1, 0])), COLS), False)  # [C, UNIT]
         gl.store(p_t + column_offsets(o_d, o_c, h, T_t, D), b_t, mask=m_c[None, :])
 
@@ -117,4 +117,3 @@ def rotated_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqle
     gl.store(p_codes + o_x, b_c.to(gl.float8e4nv, bitcast=True), mask=m_x)
     o_t = start + unit * UNIT + gl.arange(0, UNIT, layout=gl.SliceLayout(1, ROWS))  # [UNIT] packed rows
     gl.store(p_exps + o_t * H + h, b_e.to(gl.int8), mask=o_t < end)
-
