@@ -119,15 +119,15 @@ def _issue_scores(k_s, v_s, q_s, do_s, bars, n, STAGES: gl.constexpr, SUB: gl.co
 
 
 @gluon.jit
-def _half_payload(b_st, b_dpt, rec_s, i0, sx, vf, o_j, o_k, geo, masked, REC_L: gl.constexpr, QRY: gl.constexpr):
-    """P^T codes and W^T [BN, SUB] of the queries i0 + o_j from their scores and records rec_s
-    [SUB, 4] in shared memory (``grad_scores``). Records are read as copied: a query past the
-    document holds the next rows' finite words (or TMA's zeros), and only masked steps reach
-    past the document, where the visibility rule makes its P, and so its W, zero."""
+def _half_factors(rec_s, REC_L: gl.constexpr, QRY: gl.constexpr):
+    """(qg, (m, rf, rq, deltad)) [SUB] each, in the S^T accumulator's column layout, of a half
+    step's query records rec_s [SUB, 4] in shared memory (``query_factors``). Records are read
+    as copied: a query past the document holds the next rows' finite words (or TMA's zeros),
+    and only masked steps reach past the document, where the visibility rule makes its P, and
+    so its W, zero."""
     m_q, rq, deltad, qg, rf = query_record_fields(rec_s.load(REC_L))  # [SUB] each
-    qg, qry = query_factors((_columns(m_q, QRY), _columns(rq, QRY), _columns(deltad, QRY), _columns(qg, QRY),
-                             _columns(rf, QRY)))
-    return grad_scores(b_st, b_dpt, sx, qg, qry, vf, i0 + o_j, o_k, geo, 1, masked, False)
+    return query_factors((_columns(m_q, QRY), _columns(rq, QRY), _columns(deltad, QRY), _columns(qg, QRY),
+                          _columns(rf, QRY)))
 
 
 @gluon.jit
@@ -240,16 +240,20 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
         h_q = h_k * GROUP + g_now
         # dOt^ has one exponent per query step: read it at the step's first row (inside the document).
         e_dot = gl.load(p_dote + (q_start + j * BM) * heads_q + h_q).to(gl.int32)
+        # Each half's query factors are read and decoded while its S^T and dP^T run (the
+        # step's records came with its codes: _issue_scores waited for them). Session 10
+        # measured this 1.5-3.2% slower with 7 spill instructions on the step; with the
+        # MMA token order (layout.py) the loop has none, and it is 0-3.2% faster (H200,
+        # 2026-11-30, benchmarks/results/2026-11-30-h200-s11/call8).
+        qg, qry = _half_factors(rec_s.index(slot).slice(0, SUB), REC_L, QRY)
         b_st, b_dpt = warpgroup_mma_wait(0, deps=(s_nxt, dp_nxt))   # [BN, SUB] S^T, dP^T before their factors
         if BM == 2 * SUB:  # the second half's products run under the first half's payload
             s_nxt, dp_nxt = _issue_half(k_s, v_s, q_s, do_s, slot, 1, SUB, b_zero_s)
-        # The step's records came with its codes (the barrier _issue_scores waited on covers them).
-        b_pc0, b_w0 = _half_payload(b_st, b_dpt, rec_s.index(slot).slice(0, SUB), j * BM, sx, vf, o_j, o_k, geo,
-                                    masked, REC_L, QRY)
+        b_pc0, b_w0 = grad_scores(b_st, b_dpt, sx, qg, qry, vf, j * BM + o_j, o_k, geo, 1, masked, False)
         if BM == 2 * SUB:
+            qg, qry = _half_factors(rec_s.index(slot).slice(SUB, SUB), REC_L, QRY)
             b_st, b_dpt = warpgroup_mma_wait(0, deps=(s_nxt, dp_nxt))
-            b_pc1, b_w1 = _half_payload(b_st, b_dpt, rec_s.index(slot).slice(SUB, SUB), j * BM + SUB, sx, vf, o_j,
-                                        o_k, geo, masked, REC_L, QRY)
+            b_pc1, b_w1 = grad_scores(b_st, b_dpt, sx, qg, qry, vf, j * BM + SUB + o_j, o_k, geo, 1, masked, False)
         else:
             b_pc1, b_w1 = b_pc0, b_w0                                # one half: unused
         # The slot step n - 1 used is free: its products have completed.
