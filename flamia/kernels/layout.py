@@ -1,25 +1,26 @@
 """The token axis of the transposed FP8 codes (Q^T, K^T, V^T, dOt^T: [H, D, T_t], tokens
 contiguous), which Hopper's FP8 MMA needs as K-major operands of products over tokens.
 
-Document b's token i sits at column ``cu_t[b] + i`` with ``cu_t = [0, cumsum(round_up(len_b,
-T_ALIGN))]``: every document starts at a multiple of T_ALIGN tokens, so a kernel's tile of
-a document starts 16-byte aligned and loads as wide vectors (with packed starts, which are
+Document b's tokens fill columns ``cu_t[b]`` onwards, ``cu_t = [0, cumsum(round_up(len_b,
+T_ALIGN))]``: every document starts at a multiple of T_ALIGN tokens, so a kernel's tile of a
+document starts 16-byte aligned and loads as wide vectors (with packed starts, which are
 generally not aligned, Triton falls back to single-byte loads), and a quantizer's 32-token
 unit writes each head-dim row of its columns as one whole 32-byte sector. At T_ALIGN = 16
 half the documents of a packed batch (and on skew8k+224x256 every odd row, T_t being an odd
 multiple of 16) split that row over two sectors: 24% more store sectors (ncu, H200,
-2026-11-30), and the V quantizer took 0.19 ms on logu29-64k against 0.16 at 32. Columns between documents
-and past the last one hold zero codes: kernels load whole aligned tiles, and uninitialised
-FP8 bytes may be NaNs.
+2026-11-30), and the V quantizer took 0.19 ms on logu29-64k against 0.16 at 32. Columns
+between documents and past the last one hold zero codes: kernels load whole aligned tiles,
+and uninitialised FP8 bytes may be NaNs.
 
 Within each 16-column group the tokens sit in the order of the FP8 wgmma's register A
 operand (``mma_token_order``): every product over tokens takes its other operand (P^, G,
 their transposes) from an accumulator in registers, and in that order each thread already
 holds the A operand's values, so the conversion needs no shuffles (FlashAttention-3 permutes
 V for its FP8 forward the same way). Token ``16 g + 8 j + 2 t + e`` of a document sits at
-column ``cu_t[b] + 16 g + 4 t + 2 j + e`` (``token_columns``). Everything here runs on the device, without a host sync; the
-launchers' shape check and the quantizers' column math (``unit_columns``, ``zero_tail``) live
-here too.
+column ``cu_t[b] + 16 g + 4 t + 2 j + e`` (``token_columns``).
+
+Everything here runs on the device, without a host sync; the launchers' shape check and the
+quantizers' column math (``unit_columns``, ``zero_tail``) live here too.
 """
 import torch
 import triton
@@ -117,10 +118,11 @@ def column_offsets(o_d, o_c, h, T_t, D: tl.constexpr):
 
 @triton.jit
 def unit_columns(cu_seqlens_t, doc, length, o_i, T_ALIGN: tl.constexpr):
-    """Columns of positions o_i (int32) of document doc, ``length`` tokens long: (cols int64,
-    valid). Valid columns span the document's tokens and the padding up to its next multiple
-    of T_ALIGN; the quantizers load a unit's rows past its document's end as zeros, so that
-    gap gets zero codes."""
+    """Columns of column positions o_i (int32; a quantizer puts its tokens there in
+    ``mma_token_order``) of document doc, ``length`` tokens long: (cols int64, valid). Valid
+    columns span the document's tokens and the padding up to its next multiple of T_ALIGN;
+    the quantizers load a unit's rows past its document's end as zeros, so that gap gets
+    zero codes."""
     first = tl.multiple_of(tl.load(cu_seqlens_t + doc), T_ALIGN).to(tl.int64)
     return first + o_i, o_i < tl.cdiv(length, T_ALIGN) * T_ALIGN
 
