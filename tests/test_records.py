@@ -27,7 +27,7 @@ def _query_kernel(p_rec, p_out, n, N: tl.constexpr, BY_WORD: tl.constexpr):
     if BY_WORD:
         fields = query_fields_by_word(p_rec + h * n * 4, o, o < n)
     else:
-        fields = query_fields(p_rec + h * n * 4, o, tl.arange(0, 4), o < n, True)
+        fields = query_fields(p_rec + h * n * 4, o, o < n, True)
     for f in tl.static_range(5):
         tl.store(p_out + (h * 5 + f) * N + o, fields[f])
 

@@ -107,7 +107,7 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_r
     b_do = _load_rows(p_do, o_i, m_i, heads_q * D, D, MASK)  # [BM, D]
     b_qt = _load_cols(p_qt, o_i, span_q, tq_t, D, MASK)  # [D, BM]
     b_dott = _load_cols(p_dott, o_i, span_q, tq_t, D, MASK)  # [D, BM]
-    qg, qry = query_factors(query_fields(p_rec, o_i, tl.arange(0, 4), m_i, MASK))
+    qg, qry = query_factors(query_fields(p_rec, o_i, m_i, MASK))
     # dOt^ has one exponent per query step: read it at the step's first row (inside the document).
     e_dot = tl.load(p_dote + tl.cast(i0, tl.int64) * heads_q).to(tl.int32)
     b_zero = tl.zeros([b_k.shape[0], BM], dtype=tl.float32)
@@ -238,7 +238,7 @@ def _dq_kernel(p_q, p_k, p_kt, p_v, p_do, p_rec, p_krec, p_cu_q, p_cu_k, p_cu_qt
     o_qd = (q_start * heads_q + h_q) * D
     b_q = _load_rows(p_q + o_qd, o_i, m_i, heads_q * D, D, True)  # [BM, D]
     b_do = _load_rows(p_do + o_qd, o_i, m_i, heads_q * D, D, True)  # [BM, D]
-    qg, qry = query_factors(query_fields(p_rec + (h_q * total_q + q_start) * 4, o_i, tl.arange(0, 4), m_i, True))
+    qg, qry = query_factors(query_fields(p_rec + (h_q * total_q + q_start) * 4, o_i, m_i, True))
     qx = s2 * qg  # s2 rides on the query's factor, fixed for the whole tile
     o_kv = (k_start * heads_kv + h_k) * D
     p_rows = (p_k + o_kv, p_v + o_kv)

@@ -22,16 +22,18 @@ instructions per step and 3.7-7.0% less CUDA time on the six workloads (configs.
 words then come once per 32-key block (``block_key_records``), so a thread's two key rows
 share vf and grad_scores' vf rf is one value per query column: 993 instructions per step
 (21 spill instructions, 3 loads of them on the unmasked path; H200, 2026-11-30, session 10
-call 4: 2-4% less CUDA time).
+call 4: 2-4% less CUDA time). Session 11: the A operands convert without shuffles in the
+transposed codes' MMA token order (``layout.mma_token_order``: 940 instructions, 7.5-10.2%
+less CUDA time), and each half's records are then read before the wait for its S^T and dP^T,
+under the products, which with 7 spill instructions had been 1.5-3.2% slower in session 10
+and now, without a spill in the loop, is 0-3.2% faster (benchmarks/results/2026-11-30-h200-s11).
 Tried and measured worse: at 32-query steps, the next step's S^T and dP^T issued before the
 dK payload (waited for with it: 4-14% slower) or queued behind the dK tile (318 spill
 instructions), the records' document-end select on masked steps only (5 spills); a TMA
 producer warp (branch ``next/dkdv-producer``: Triton 3.6 gives the MMA warps 256 registers,
 so one program per SM, 21-30% slower); a barrier ring per copied operand, which takes the
 step from 7 bar.sync to 3 (Triton 3.6 puts one between two accesses of one mbarrier
-allocation) for 5 waits instead of 1 (4-6% slower; H200, 2026-11-30, session 10 call 6); each
-half's records read before the wait for its S^T and dP^T, under the products (7 spill
-instructions on the unmasked path against 3; 1.5-3.2% slower, call 8).
+allocation) for 5 waits instead of 1 (4-6% slower; H200, 2026-11-30, session 10 call 6).
 
 The step order (per head, the full steps then the masked ones), the payload
 (``bwd_math.grad_scores``, ``row_scaled_codes``) and the wgmma shapes are the Triton kernel's,
@@ -47,8 +49,8 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from .bwd_math import doc_bounds, grad_scores, masked_step, query_factors, reciprocal_pow2, row_scaled_codes, step_range
 from .fp8 import E4M3_EQ, E4M3_MQ, mul_rn, pow2, scale_exponent, to_e4m3, to_output
 from .gluon_tma import WARPS, copy_barriers, fp8_descriptors, tma_load, wait_copy
-from .layout import mma_token_order
 from .hadamard import rotate
+from .layout import mma_token_order
 from .records import block_key_records, query_record_fields, record_factors
 from .worklist import program_tile
 
@@ -241,10 +243,7 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
         # dOt^ has one exponent per query step: read it at the step's first row (inside the document).
         e_dot = gl.load(p_dote + (q_start + j * BM) * heads_q + h_q).to(gl.int32)
         # Each half's query factors are read and decoded while its S^T and dP^T run (the
-        # step's records came with its codes: _issue_scores waited for them). Session 10
-        # measured this 1.5-3.2% slower with 7 spill instructions on the step; with the
-        # MMA token order (layout.py) the loop has none, and it is 0-3.2% faster (H200,
-        # 2026-11-30, benchmarks/results/2026-11-30-h200-s11/call8).
+        # step's records came with its codes: _issue_scores waited for them).
         qg, qry = _half_factors(rec_s.index(slot).slice(0, SUB), REC_L, QRY)
         b_st, b_dpt = warpgroup_mma_wait(0, deps=(s_nxt, dp_nxt))   # [BN, SUB] S^T, dP^T before their factors
         if BM == 2 * SUB:  # the second half's products run under the first half's payload

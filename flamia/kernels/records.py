@@ -141,20 +141,15 @@ def record_factors(rec):
 
 
 @triton.jit
-def query_fields(p_rec, o_i, o_f, m_i, MASK: tl.constexpr):
+def query_fields(p_rec, o_i, m_i, MASK: tl.constexpr):
     """(m, rq = ro 2^(edO + eQ), deltad = delta / 2^edO, qg = 2^eQ, rf = 2^(sigma - PV))
     fp32, each [N], of rows o_i from their records (``query_records``; p_rec at the document's first row
-    of the head), one 16-byte load per row: o_f = 0..3, the words' index (``tl.arange(0, 4)``, or in
-    a Gluon kernel an arange whose layout with o_i's holds a row's 4 words in one thread).
-    With MASK, rows where m_i is false read m = +inf and zeros: no key is visible to them."""
+    of the head), one 16-byte load per row. With MASK, rows where m_i is false read m = +inf
+    and zeros: no key is visible to them."""
+    o_f = tl.arange(0, 4)
     o_r = o_i.to(tl.int64)[:, None] * 4 + o_f[None, :]  # [N, 4]
-    return query_record_fields(maybe_masked_load(p_rec + o_r, m_i[:, None], past_record(o_f), MASK))
-
-
-@triton.jit
-def past_record(o_f):
-    """[1, 4] int32: the words a row past its document reads (m = +inf, zeros), o_f = 0..3."""
-    return tl.where(o_f == 0, 0x7F800000, 0)[None, :]
+    past_end = tl.where(o_f == 0, 0x7F800000, 0)[None, :]  # +inf's bits, then zeros
+    return query_record_fields(maybe_masked_load(p_rec + o_r, m_i[:, None], past_end, MASK))
 
 
 @triton.jit
@@ -185,5 +180,3 @@ def _decode_query(m_bits, rq_bits, delta_bits, exps):
     f32 = tl.float32
     return (m_bits.to(f32, bitcast=True), rq_bits.to(f32, bitcast=True), delta_bits.to(f32, bitcast=True),
             _field_pow2(exps, 0), _field_pow2(exps, 8))
-
-
