@@ -121,24 +121,15 @@ def _issue_scores(k_s, v_s, q_s, do_s, bars, n, STAGES: gl.constexpr, SUB: gl.co
 
 
 @gluon.jit
-def _half_factors(rec_s, sx, SCALE_BLOCK: gl.constexpr, REC_L: gl.constexpr, QRY: gl.constexpr):
-    """The factors ``grad_scores`` takes for a half step's query records rec_s [SUB, 4] in
-    shared memory: (row_x [BN] per key, col_x [SUB] per query, (m, rf, rq, deltad) [SUB] each)
-    in the S^T accumulator's layouts (``query_factors``; sx = s2 kf per key). Records are read
+def _half_factors(rec_s, REC_L: gl.constexpr, QRY: gl.constexpr):
+    """(qg, (m, rf, rq, deltad)) [SUB] each, in the S^T accumulator's column layout, of a half
+    step's query records rec_s [SUB, 4] in shared memory (``query_factors``). Records are read
     as copied: a query past the document holds the next rows' finite words (or TMA's zeros),
     and only masked steps reach past the document, where the visibility rule makes its P, and
-    so its W, zero. With SUB-query scale blocks (a half is one block) the queries of the
-    document share 2^eQ, read once from the half's first record: it rides on the key factor,
-    and col_x is ones, so the scores' factor is one product per key row, not one per score."""
-    SUB: gl.constexpr = rec_s.shape[0]
+    so its W, zero."""
     m_q, rq, deltad, qg, rf = query_record_fields(rec_s.load(REC_L))  # [SUB] each
-    qg, qry = query_factors((_columns(m_q, QRY), _columns(rq, QRY), _columns(deltad, QRY), _columns(qg, QRY),
-                             _columns(rf, QRY)))
-    if SCALE_BLOCK % SUB == 0:
-        FIRST: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [gl.num_warps(), 1], [1, 0])
-        qg_first = gl.sum(query_record_fields(rec_s.slice(0, 1).load(FIRST))[3], axis=0)  # scalar 2^eQ
-        return sx * qg_first, gl.full([SUB], 1.0, gl.float32, layout=QRY), qry
-    return sx, qg, qry
+    return query_factors((_columns(m_q, QRY), _columns(rq, QRY), _columns(deltad, QRY), _columns(qg, QRY),
+                          _columns(rf, QRY)))
 
 
 @gluon.jit
@@ -253,16 +244,15 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
         e_dot = gl.load(p_dote + (q_start + j * BM) * heads_q + h_q).to(gl.int32)
         # Each half's query factors are read and decoded while its S^T and dP^T run (the
         # step's records came with its codes: _issue_scores waited for them).
-        row_x, col_x, qry = _half_factors(rec_s.index(slot).slice(0, SUB), sx, SCALE_BLOCK, REC_L, QRY)
+        qg, qry = _half_factors(rec_s.index(slot).slice(0, SUB), REC_L, QRY)
         b_st, b_dpt = warpgroup_mma_wait(0, deps=(s_nxt, dp_nxt))   # [BN, SUB] S^T, dP^T before their factors
         if BM == 2 * SUB:  # the second half's products run under the first half's payload
             s_nxt, dp_nxt = _issue_half(k_s, v_s, q_s, do_s, slot, 1, SUB, b_zero_s)
-        b_pc0, b_w0 = grad_scores(b_st, b_dpt, row_x, col_x, qry, vf, j * BM + o_j, o_k, geo, 1, masked, False)
+        b_pc0, b_w0 = grad_scores(b_st, b_dpt, sx, qg, qry, vf, j * BM + o_j, o_k, geo, 1, masked, False)
         if BM == 2 * SUB:
-            row_x, col_x, qry = _half_factors(rec_s.index(slot).slice(SUB, SUB), sx, SCALE_BLOCK, REC_L, QRY)
+            qg, qry = _half_factors(rec_s.index(slot).slice(SUB, SUB), REC_L, QRY)
             b_st, b_dpt = warpgroup_mma_wait(0, deps=(s_nxt, dp_nxt))
-            b_pc1, b_w1 = grad_scores(b_st, b_dpt, row_x, col_x, qry, vf, j * BM + SUB + o_j, o_k, geo, 1, masked,
-                                      False)
+            b_pc1, b_w1 = grad_scores(b_st, b_dpt, sx, qg, qry, vf, j * BM + SUB + o_j, o_k, geo, 1, masked, False)
         else:
             b_pc1, b_w1 = b_pc0, b_w0                                # one half: unused
         # The slot step n - 1 used is free: its products have completed.

@@ -51,9 +51,8 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
     b_s: Q^.K^ and b_dp: dO^.V^ code products (fp32, tile shape). The scores' factors come as
     row_x [rows] (the program's own tokens' s2 2^e) and col_x [cols] (the step's 2^e, a power
     of two): x = S (row_x col_x) is the contract's (S qf) kf bit for bit, since a power of two
-    applied is exact either way. A caller whose step shares one 2^e may fold it into row_x
-    and pass ones (the Gluon dK/dV). qry = (m, rf, rq, deltad) of ``query_factors`` and vf = 2^eV, each [N]; o_i, o_k:
-    query and key positions [N] in the document; geo: ``visible``'s; MASK: apply the
+    applied is exact either way. qry = (m, rf, rq, deltad) of ``query_factors`` and vf = 2^eV,
+    each [N]; o_i, o_k: query and key positions [N] in the document; geo: ``visible``'s; MASK: apply the
     visibility rule (a constexpr, or a runtime flag in the Gluon dQ kernel).
     Returns (P^ float8e4nv, W fp32), tile shape, where W = fp32(fp32(Pd 2^(eV + eQ)) (dP - D)):
     the payload G = W 2^(eK - eV) without the key's power-of-two factors, which scale it
@@ -65,14 +64,14 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
     vf = tl.expand_dims(vf, Q_AXIS)
     # S (row_x col_x) - m = x - m with x = (S row_x) col_x: col_x is a power of two, so the
     # factor row_x col_x and the fused product are exact and the multiply-add rounds once, as
-    # the subtraction does; written fused, it stays fused where a runtime mask joins two paths
-    # (the Gluon kernels). Where col_x holds one value per scale block (the dQ kernel's key
+    # the subtraction does. Where col_x holds one value per scale block (the dQ kernel's key
     # factors, ``block_key_records``), the compiler forms the factor once per row and block
-    # instead of a product per score.
+    # instead of a product per score. The mask applies to P, not to S: a row past the tensor's
+    # end reads TMA's zeros as its factor, and -inf times 0 would be NaN.
+    b_p = tl.math.exp2(tl.fma(b_s, row_x[:, None] * col_x[None, :], -tl.expand_dims(m, K_AXIS)))
     if MASK:
         m_vis = visible(tl.expand_dims(o_i, K_AXIS), tl.expand_dims(o_k, Q_AXIS), geo)
-        b_s = tl.where(m_vis, b_s, float("-inf"))
-    b_p = tl.math.exp2(tl.fma(b_s, row_x[:, None] * col_x[None, :], -tl.expand_dims(m, K_AXIS)))
+        b_p = tl.where(m_vis, b_p, 0.0)
     # Pd comes from the fp32 value on the E4M3 grid, not from converting the fp8 codes back:
     # on the H200 (Triton 3.6) an fp8 tensor that also feeds a wgmma as its A operand
     # converted to fp32 as garbage (dK was NaN and changed from run to run).
