@@ -62,16 +62,26 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
     K_AXIS: tl.constexpr = 1 - Q_AXIS
     m, rf, rq, deltad = qry
     vf = tl.expand_dims(vf, Q_AXIS)
-    # S (row_x col_x) - m = x - m with x = (S row_x) col_x: col_x is a power of two, so the
-    # factor row_x col_x and the fused product are exact and the multiply-add rounds once, as
-    # the subtraction does. Where col_x holds one value per scale block (the dQ kernel's key
-    # factors, ``block_key_records``), the compiler forms the factor once per row and block
-    # instead of a product per score. The mask applies to P, not to S: a row past the tensor's
-    # end reads TMA's zeros as its factor, and -inf times 0 would be NaN.
-    b_p = tl.math.exp2(tl.fma(b_s, row_x[:, None] * col_x[None, :], -tl.expand_dims(m, K_AXIS)))
-    if MASK:
-        m_vis = visible(tl.expand_dims(o_i, K_AXIS), tl.expand_dims(o_k, Q_AXIS), geo)
-        b_p = tl.where(m_vis, b_p, 0.0)
+    # x - m with x = (S row_x) col_x: a power of two applied is exact, so both orders below
+    # give x bit for bit, and the fused multiply-add rounds once, as the subtraction does.
+    if Q_AXIS == 0:
+        # dQ: col_x, the keys' 2^eK, is one value per scale block (``block_key_records``), so
+        # the compiler forms the factor row_x col_x once per row and block, not per score.
+        # The mask applies to P: a query row past the tensor's end reads row_x = 0, and a
+        # masked -inf times 0 would be NaN.
+        b_p = tl.math.exp2(tl.fma(b_s, row_x[:, None] * col_x[None, :], -tl.expand_dims(m, K_AXIS)))
+        if MASK:
+            b_p = tl.where(visible(o_i[:, None], o_k[None, :], geo), b_p, 0.0)
+    else:
+        # dK/dV: col_x, the queries' 2^eQ, changes per column (0 past the tensor's end), so
+        # S col_x comes first, masked to -inf, and row_x (never 0) second; written fused, it
+        # stays fused where a runtime mask joins two paths. The factor-first form was slower
+        # here (session 12: 0-1.8% on the H200 with the mask on P; 35 spill instructions
+        # offline with -inf scores).
+        b_y = b_s * col_x[None, :]
+        if MASK:
+            b_y = tl.where(visible(o_i[None, :], o_k[:, None], geo), b_y, float("-inf"))
+        b_p = tl.math.exp2(tl.fma(b_y, row_x[:, None], -tl.expand_dims(m, K_AXIS)))
     # Pd comes from the fp32 value on the E4M3 grid, not from converting the fp8 codes back:
     # on the H200 (Triton 3.6) an fp8 tensor that also feeds a wgmma as its A operand
     # converted to fp32 as garbage (dK was NaN and changed from run to run).
