@@ -49,10 +49,10 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
     The tile is [queries, keys] (Q_AXIS = 0, the dQ loop) or [keys, queries] (Q_AXIS = 1,
     the dK/dV loop); every product is elementwise, so one body serves both orientations.
     b_s: Q^.K^ and b_dp: dO^.V^ code products (fp32, tile shape). The scores' factors come as
-    the program's own tokens' row_x = s2 2^e [rows] and the step's col_x = 2^e [cols]:
-    x = (S row_x) col_x is the contract's (S qf) kf bit for bit, since the power of two
-    applied second is exact either way. qry = (m, rf, rq, deltad) of ``query_factors`` and vf = 2^eV, each [N]; o_i, o_k:
-    query and key positions [N] in the document; geo: ``visible``'s; MASK: apply the
+    row_x [rows] (the program's own tokens' s2 2^e) and col_x [cols] (the step's 2^e, a power
+    of two): x = S (row_x col_x) is the contract's (S qf) kf bit for bit, since a power of two
+    applied is exact either way. qry = (m, rf, rq, deltad) of ``query_factors`` and vf = 2^eV,
+    each [N]; o_i, o_k: query and key positions [N] in the document; geo: ``visible``'s; MASK: apply the
     visibility rule (a constexpr, or a runtime flag in the Gluon dQ kernel).
     Returns (P^ float8e4nv, W fp32), tile shape, where W = fp32(fp32(Pd 2^(eV + eQ)) (dP - D)):
     the payload G = W 2^(eK - eV) without the key's power-of-two factors, which scale it
@@ -62,14 +62,26 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
     K_AXIS: tl.constexpr = 1 - Q_AXIS
     m, rf, rq, deltad = qry
     vf = tl.expand_dims(vf, Q_AXIS)
-    # y row_x - m = x - m with x = (S row_x) col_x: y = S col_x and y row_x are exact, so the
-    # fused multiply-add rounds once, as the subtraction does; written fused, it stays fused
-    # where a runtime mask joins two paths (the Gluon kernel).
-    b_y = b_s * col_x[None, :]
-    if MASK:
-        m_vis = visible(tl.expand_dims(o_i, K_AXIS), tl.expand_dims(o_k, Q_AXIS), geo)
-        b_y = tl.where(m_vis, b_y, float("-inf"))
-    b_p = tl.math.exp2(tl.fma(b_y, row_x[:, None], -tl.expand_dims(m, K_AXIS)))
+    # x - m with x = (S row_x) col_x: a power of two applied is exact, so both orders below
+    # give x bit for bit, and the fused multiply-add rounds once, as the subtraction does.
+    if Q_AXIS == 0:
+        # dQ: col_x, the keys' 2^eK, is one value per scale block (``block_key_records``), so
+        # the compiler forms the factor row_x col_x once per row and block, not per score.
+        # The mask applies to P: a query row past the tensor's end reads row_x = 0, and a
+        # masked -inf times 0 would be NaN.
+        b_p = tl.math.exp2(tl.fma(b_s, row_x[:, None] * col_x[None, :], -tl.expand_dims(m, K_AXIS)))
+        if MASK:
+            b_p = tl.where(visible(o_i[:, None], o_k[None, :], geo), b_p, 0.0)
+    else:
+        # dK/dV: col_x, the queries' 2^eQ, changes per column (0 past the tensor's end), so
+        # S col_x comes first, masked to -inf, and row_x (never 0) second; written fused, it
+        # stays fused where a runtime mask joins two paths. The factor-first form was slower
+        # here (session 12: 0-1.8% on the H200 with the mask on P; 35 spill instructions
+        # offline with -inf scores).
+        b_y = b_s * col_x[None, :]
+        if MASK:
+            b_y = tl.where(visible(o_i[None, :], o_k[:, None], geo), b_y, float("-inf"))
+        b_p = tl.math.exp2(tl.fma(b_y, row_x[:, None], -tl.expand_dims(m, K_AXIS)))
     # Pd comes from the fp32 value on the E4M3 grid, not from converting the fp8 codes back:
     # on the H200 (Triton 3.6) an fp8 tensor that also feeds a wgmma as its A operand
     # converted to fp32 as garbage (dK was NaN and changed from run to run).
