@@ -19,8 +19,8 @@ T_ALIGN = tl.constexpr(_T_ALIGN)  # the transposed codes' documents start at mul
 def query_factors(fields):
     """Per-query vectors [N] fp32 from ``records.query_fields`` (or ``query_fields_by_word``):
     (qg = 2^eQ, (m, rf = 2^(sigma - PV), rq = ro 2^(edO + eQ), deltad = delta / 2^edO)), the
-    second part as ``grad_scores`` takes it. Rows past the document's end read m = +inf and
-    rq = 0, so their P and G vanish."""
+    second part as ``grad_scores`` takes it. Rows past the document's end read m = +inf,
+    rq = 0 and qg = rf = 1 (``query_fields``), so their P and G vanish."""
     m, rq, deltad, qg, rf = fields
     return qg, (m, rf, rq, deltad)
 
@@ -63,21 +63,22 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
     m, rf, rq, deltad = qry
     vf = tl.expand_dims(vf, Q_AXIS)
     # x - m with x = (S row_x) col_x: a power of two applied is exact, so both orders below
-    # give x bit for bit, and the fused multiply-add rounds once, as the subtraction does.
+    # give x bit for bit, and the fused multiply-add rounds once, as the subtraction does;
+    # written fused, it stays fused where a runtime mask joins two paths (the Gluon dQ).
     if Q_AXIS == 0:
         # dQ: col_x, the keys' 2^eK, is one value per scale block (``block_key_records``), so
         # the compiler forms the factor row_x col_x once per row and block, not per score.
-        # The mask applies to P: a query row past the tensor's end reads row_x = 0, and a
-        # masked -inf times 0 would be NaN.
-        b_p = tl.math.exp2(tl.fma(b_s, row_x[:, None] * col_x[None, :], -tl.expand_dims(m, K_AXIS)))
+        # Masked scores are -inf; the factor is never 0 (rows and keys past the document
+        # read 2^0 factors: records.UNIT_FACTORS), so they stay -inf.
         if MASK:
-            b_p = tl.where(visible(o_i[:, None], o_k[None, :], geo), b_p, 0.0)
+            b_s = tl.where(visible(o_i[:, None], o_k[None, :], geo), b_s, float("-inf"))
+        b_p = tl.math.exp2(tl.fma(b_s, row_x[:, None] * col_x[None, :], -tl.expand_dims(m, K_AXIS)))
     else:
-        # dK/dV: col_x, the queries' 2^eQ, changes per column (0 past the tensor's end), so
-        # S col_x comes first, masked to -inf, and row_x (never 0) second; written fused, it
-        # stays fused where a runtime mask joins two paths. The factor-first form was slower
-        # here (session 12: 0-1.8% on the H200 with the mask on P; 35 spill instructions
-        # offline with -inf scores).
+        # dK/dV: col_x, the queries' 2^eQ, changes per column (and is 0 past the tensor's
+        # end, where the Gluon kernel reads TMA's zeros), so S col_x comes first, masked to
+        # -inf, and row_x (never 0) second. The factor-first form was slower here (session
+        # 12: 0-1.8% on the H200 with the mask on P; 35 spill instructions offline with -inf
+        # scores and a factor kept off 0).
         b_y = b_s * col_x[None, :]
         if MASK:
             b_y = tl.where(visible(o_i[None, :], o_k[:, None], geo), b_y, float("-inf"))

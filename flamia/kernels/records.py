@@ -21,6 +21,9 @@ from .fp8 import maybe_masked_load, pow2
 
 
 _ROWS = 256  # tokens per program of the builders
+# An exponent word whose two fields (bits 23 and 15) both hold 2^0: what a key or query past
+# the document reads, so that every factor a kernel multiplies by is nonzero.
+UNIT_FACTORS: tl.constexpr = tl.constexpr((127 << 23) | (127 << 15))
 
 
 def query_records(q_exps: torch.Tensor, do_exps: torch.Tensor, pv: torch.Tensor, m: torch.Tensor, ro: torch.Tensor,
@@ -107,7 +110,7 @@ def packed_key_factors(p_krec, o_k, m_k, MASK: tl.constexpr):
     """(kf = 2^eK, vf = 2^eV) fp32 [N] of keys o_k from their records (``key_records``;
     p_krec at the document's first key of the head); MASK: mask the load with m_k (keys past
     it read 1, as eK = eV = 0)."""
-    return record_factors(maybe_masked_load(p_krec + o_k.to(tl.int64), m_k, (127 << 23) | (127 << 15), MASK))
+    return record_factors(maybe_masked_load(p_krec + o_k.to(tl.int64), m_k, UNIT_FACTORS, MASK))
 
 
 @triton.jit
@@ -124,12 +127,12 @@ def block_key_records(p_krec, k_lo, o_j, n_k, BLOCK: tl.constexpr, N: tl.constex
     BLOCK = 1 (per-token exponents) or N not a multiple of BLOCK reads a word per key.
     ``record_factors`` decodes the words."""
     if BLOCK == 1 or N % BLOCK != 0:  # per-token exponents, or steps within a block: a word per key
-        rec = tl.load(p_krec + k_lo + o_j, mask=k_lo + o_j < n_k, other=(127 << 23) | (127 << 15))
+        rec = tl.load(p_krec + k_lo + o_j, mask=k_lo + o_j < n_k, other=UNIT_FACTORS)
     else:
         rec = o_j * 0
         for b in tl.static_range(N // BLOCK):
             k = k_lo + b * BLOCK
-            word = tl.load(p_krec + k, mask=k < n_k, other=(127 << 23) | (127 << 15))  # the block's record
+            word = tl.load(p_krec + k, mask=k < n_k, other=UNIT_FACTORS)  # the block's record
             rec = tl.where(o_j // BLOCK == b, word, rec)
     return rec
 
@@ -144,11 +147,11 @@ def record_factors(rec):
 def query_fields(p_rec, o_i, m_i, MASK: tl.constexpr):
     """(m, rq = ro 2^(edO + eQ), deltad = delta / 2^edO, qg = 2^eQ, rf = 2^(sigma - PV))
     fp32, each [N], of rows o_i from their records (``query_records``; p_rec at the document's first row
-    of the head), one 16-byte load per row. With MASK, rows where m_i is false read m = +inf
-    and zeros: no key is visible to them."""
+    of the head), one 16-byte load per row. With MASK, rows where m_i is false read m = +inf,
+    rq = deltad = 0 and factors 2^0: no key is visible to them."""
     o_f = tl.arange(0, 4)
     o_r = o_i.to(tl.int64)[:, None] * 4 + o_f[None, :]  # [N, 4]
-    past_end = tl.where(o_f == 0, 0x7F800000, 0)[None, :]  # +inf's bits, then zeros
+    past_end = tl.where(o_f == 0, 0x7F800000, tl.where(o_f == 3, UNIT_FACTORS, 0))[None, :]  # +inf's bits, 0, 0, 2^0
     return query_record_fields(maybe_masked_load(p_rec + o_r, m_i[:, None], past_end, MASK))
 
 
@@ -170,7 +173,7 @@ def query_fields_by_word(p_rec, o_i, m_i):
     m_bits = tl.load(p_row, mask=m_i, other=0x7F800000)
     rq_bits = tl.load(p_row + 1, mask=m_i, other=0)
     delta_bits = tl.load(p_row + 2, mask=m_i, other=0)
-    exps = tl.load(p_row + 3, mask=m_i, other=0)
+    exps = tl.load(p_row + 3, mask=m_i, other=UNIT_FACTORS)
     return _decode_query(m_bits, rq_bits, delta_bits, exps)
 
 
