@@ -92,7 +92,9 @@ def test_decoders_return_what_the_builders_were_given(hq, hkv, sigma):
             assert torch.equal(bits(out[h, f, :t]), bits(w)), f"head {h} field {f}"
         past = out[h, :, t:]
         assert torch.equal(past[0], torch.full((N - t,), float("inf"))), "m past the end: +inf"
-        assert not past[1:].any(), "rq, deltad and the factors past the end: 0"
+        assert not past[1:3].any(), "rq and deltad past the end: 0"
+        # factors past the end are 2^0, never 0: the dQ's masked -inf scores times them stay -inf
+        assert torch.equal(past[3:], torch.ones(2, N - t)), "qg and rf past the end: 1"
     for h in range(hkv):
         assert torch.equal(kout[h, 0, :t], _pow2(k_exps[:, h])) and torch.equal(kout[h, 1, :t], _pow2(v_exps[:, h]))
     assert torch.equal(kout[:, :, t:], torch.ones(hkv, 2, N - t)), "keys past the end read kf = vf = 1"
