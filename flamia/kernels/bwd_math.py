@@ -52,8 +52,8 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
     row_x [rows] (the program's own tokens' s2 2^e) and col_x [cols] (the step's 2^e, a power
     of two): x = S (row_x col_x) is the contract's (S qf) kf bit for bit, since a power of two
     applied is exact either way. qry = (m, rf, rq, deltad) of ``query_factors`` and vf = 2^eV,
-    each [N]; o_i, o_k: query and key positions [N] in the document; geo: ``visible``'s; MASK: apply the
-    visibility rule (a constexpr, or a runtime flag in the Gluon dQ kernel).
+    each [N]; o_i, o_k: query and key positions [N] in the document; geo: ``visible``'s;
+    MASK: apply the visibility rule (a constexpr, or a runtime flag in the Gluon dQ kernel).
     Returns (P^ float8e4nv, W fp32), tile shape, where W = fp32(fp32(Pd 2^(eV + eQ)) (dP - D)):
     the payload G = W 2^(eK - eV) without the key's power-of-two factors, which scale it
     exactly (W is dS 2^(eV + eQ): NUMERICS.md 4's dS rounded at the same places). W^T is the
