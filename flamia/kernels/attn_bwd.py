@@ -206,12 +206,11 @@ def _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt, p_krec, n_k, geo, s
     b_kt = _load_cols(p_kt, o_k, span_k, tk_t, D, MASK)  # [D, BN]
     # Keys past the document (masked steps only) take a neighbour's factors: their P and G are 0.
     kf, vf = record_factors(block_key_records(p_krec, k0, tl.arange(0, BN), n_k, SCALE_BLOCK, BN))
-    vinv = reciprocal_pow2(vf)
     b_zero = tl.zeros([b_q.shape[0], BN], dtype=tl.float32)
     b_s = mma(b_q, tl.trans(b_k), b_zero, INTERPRET)  # [BM, BN] S
     b_dp = mma(b_do, tl.trans(b_v), b_zero, INTERPRET)  # [BM, BN] dP before its factors
-    _, b_w = grad_scores(b_s, b_dp, qx, kf, qry, vf, o_i, o_k, geo, 0, MASK, INTERPRET)
-    return acc + _row_scaled_mma(b_w * (kf * vinv)[None, :], tl.trans(b_kt), INTERPRET)  # [BM, BN] payload G
+    _, b_g = grad_scores(b_s, b_dp, qx, kf, qry, vf, o_i, o_k, geo, 0, MASK, INTERPRET)  # [BM, BN] payload G
+    return acc + _row_scaled_mma(b_g, tl.trans(b_kt), INTERPRET)
 
 
 @triton.jit

@@ -134,8 +134,8 @@ def dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, kt_desc, p_rec, p_krec, p_c
         _copy_keys(k_desc, v_desc, kt_desc, k_s, v_s, kt_s, bars, (n + STAGES - 1) % STAGES, k_row + k_ahead,
                    h_k * D, h_k * D, kt_col + k_ahead)
         kf, vf = record_factors(rec)                                # [BN] 2^eK, 2^eV
-        b_w = grad_scores(b_s, b_dp, qx, kf, qry, vf, o_i, k0 + o_j, geo, 0, n >= n_full, False)[1]
-        b_gc, b_f = row_scaled_codes(b_w * (kf * reciprocal_pow2(vf))[None, :], False)  # payload G's codes
+        b_g = grad_scores(b_s, b_dp, qx, kf, qry, vf, o_i, k0 + o_j, geo, 0, n >= n_full, False)[1]  # payload G
+        b_gc, b_f = row_scaled_codes(b_g, False)  # G's codes
         b_t = warpgroup_mma(gl.convert_layout(mma_token_order(b_gc), G_L, assert_trivial=True),
                             kt_s.index(n % STAGES).permute((1, 0)), b_zero_o,
                             use_acc=False, is_async=True)

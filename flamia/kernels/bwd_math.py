@@ -54,11 +54,11 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
     applied is exact either way. qry = (m, rf, rq, deltad) of ``query_factors`` and vf = 2^eV,
     each [N]; o_i, o_k: query and key positions [N] in the document; geo: ``visible``'s;
     MASK: apply the visibility rule (a constexpr, or a runtime flag in the Gluon dQ kernel).
-    Returns (P^ float8e4nv, W fp32), tile shape, where W = fp32(fp32(Pd 2^(eV + eQ)) (dP - D)):
-    the payload G = W 2^(eK - eV) without the key's power-of-two factors, which scale it
-    exactly (W is dS 2^(eV + eQ): NUMERICS.md 4's dS rounded at the same places). W^T is the
-    dK payload as it stands (the key's factors are constant along its row: the epilogue's);
-    the dQ payload applies them per column. W is 0 where the pair is not visible."""
+    Returns (P^ float8e4nv, payload fp32), tile shape. With W = fp32(fp32(Pd 2^(eV + eQ)) (dP - D))
+    (dS 2^(eV + eQ): NUMERICS.md 4's dS rounded at the same places), the payload is
+    G = W 2^(eK - eV) in the dQ orientation and W^T in the dK/dV one, whose key factors are
+    constant along its rows (the epilogue's). Powers of two scale exactly, so G has W's
+    rounding. The payload is 0 where the pair is not visible."""
     K_AXIS: tl.constexpr = 1 - Q_AXIS
     m, rf, rq, deltad = qry
     vf = tl.expand_dims(vf, Q_AXIS)
@@ -91,7 +91,13 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
     b_pcf = e4m3_grid(b_p * (vf * tl.expand_dims(rf, K_AXIS)), INTERPRET)
     b_pc = b_pcf.to(tl.float8e4nv)
     # ((P^ ro)((dP 2^edO) vf - D)) 2^eQ with 2^edO and 2^eQ moved onto ro and D (records.query_records)
-    return b_pc, (b_pcf * tl.expand_dims(rq, K_AXIS)) * (b_dp * vf - tl.expand_dims(deltad, K_AXIS))
+    if Q_AXIS == 0:
+        # dQ: G = W 2^(eK - eV), the key's powers of two folded into rq: one factor per row
+        # and 32-key block, not a product per score; exact, so the same bits as W's product.
+        b_rq = rq[:, None] * (col_x[None, :] * reciprocal_pow2(vf))
+    else:
+        b_rq = rq[None, :]
+    return b_pc, (b_pcf * b_rq) * (b_dp * vf - tl.expand_dims(deltad, K_AXIS))
 
 
 @triton.jit
