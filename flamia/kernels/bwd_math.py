@@ -64,7 +64,7 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
     vf = tl.expand_dims(vf, Q_AXIS)
     # x - m with x = (S row_x) col_x: a power of two applied is exact, so both orders below
     # give x bit for bit, and the fused multiply-add rounds once, as the subtraction does;
-    # written fused, it stays fused where a runtime mask joins two paths (the Gluon dQ).
+    # written fused, it stays fused where a runtime mask joins two paths (the Gluon kernels).
     if Q_AXIS == 0:
         # dQ: col_x, the keys' 2^eK, is one value per scale block (``block_key_records``), so
         # the compiler forms the factor row_x col_x once per row and block, not per score.
@@ -76,9 +76,9 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
     else:
         # dK/dV: col_x, the queries' 2^eQ, changes per column (and is 0 past the tensor's
         # end, where the Gluon kernel reads TMA's zeros), so S col_x comes first, masked to
-        # -inf, and row_x (never 0) second. The factor-first form was slower here (session
-        # 12: 0-1.8% on the H200 with the mask on P; 35 spill instructions offline with -inf
-        # scores and a factor kept off 0).
+        # -inf, and row_x (never 0) second. The factor-first form was slower here (H200,
+        # 2026-11-30, session 12 call 2: 0-1.8% with the mask on P; offline, 35 spill
+        # instructions with -inf scores and a factor kept off 0).
         b_y = b_s * col_x[None, :]
         if MASK:
             b_y = tl.where(visible(o_i[None, :], o_k[:, None], geo), b_y, float("-inf"))
