@@ -83,7 +83,7 @@ class AttnTiles:
     # head dims; the Triton dK/dV, its bitwise twin, keeps the compiler's). A 4-warp program at 255 registers fits twice in an SM's register file, at 168
     # three times; below what the kernel needs, ptxas spills (TILES_D64 has the measurements;
     # the forward and dQ at d=128 capped at 168 spilled 118 and 319 instructions offline, the
-    # forward on 64-key tiles so capped took 39-46% more time, session 13 call 5).
+    # forward on 64-key tiles so capped took 27-46% more time, session 13 call 5).
     dkdv_maxnreg: int | None = None
     # dQ from the dK/dV kernel's tiles, added with fp32 atomics (5 MMAs per pair instead of
     # 7, no dQ kernel; dQ's summation order then varies from run to run). The dQ payload's
