@@ -93,7 +93,8 @@ def compile_launch(launch: dict, seen: dict):
 
     fn = getattr(importlib.import_module(launch["module"]), launch["kernel"])
     names = fn.arg_names
-    options = {k: v["value"] for k, v in launch["kwargs"].items() if k in ("num_warps", "num_stages")}
+    options = {k: v["value"] for k, v in launch["kwargs"].items()
+               if k in ("num_warps", "num_stages", "maxnreg") and v["kind"] != "none"}
     given = dict(zip(names, launch["args"]))
     given.update({k: v for k, v in launch["kwargs"].items() if k not in options})
     signature, constexprs, attrs = {}, {}, {}

@@ -11,7 +11,7 @@ import torch
 from flamia.formats.e4m3 import round_to_e4m3
 from flamia.formats.scales import exp2i, scale_exponent
 from flamia.kernels.attn_bwd import attention_backward
-from flamia.kernels.configs import AttnTiles
+from flamia.kernels.configs import AttnTiles, tiles_for
 from flamia.kernels.layout import aligned_starts, transposed_extent, transposed_reference
 from flamia.reference.emulated import emulate_backward, emulate_forward
 
@@ -123,6 +123,12 @@ def test_dq_atomic_needs_the_key_tile_as_dq_step():
         AttnTiles(dq_block_n=128, dq_atomic=True, dkdv_gluon=False)
 
 
+@pytest.mark.parametrize("cap", [32, 256])
+def test_dkdv_register_cap_is_a_register_count(cap):
+    with pytest.raises(ValueError, match=f"^dkdv_maxnreg: .* got {cap}$"):
+        AttnTiles(dkdv_maxnreg=cap)
+
+
 def test_backward_default_tiles():
     """The shipped tiles (dK/dV: 64-key tiles, 32-query steps; dQ: 64 x 64) at D=128 with the
     Hadamard rotation."""
@@ -197,7 +203,7 @@ def test_backward_matches_emulator_gpu(tile_cfg):
         assert dq_err <= (1e-6 if tile_cfg.dq_atomic else 0.0), f"{what}: dQ differs ({dq_err:.3g})"
 
 
-# Bitwise checks of the Gluon dQ and dK/dV kernels: their shipped tiles on
+# Bitwise checks of the Gluon dQ and dK/dV kernels: their shipped tiles for each head dim on
 # the CASES geometries, longer documents for several steps and a wrapping copy ring, rotation
 # on (D=128) and off (D=64), per-token exponents.
 GLUON_BWD_CASES = {**{name: (*case[:6], "mxfp8") for name, case in CASES.items()},
@@ -206,10 +212,11 @@ GLUON_BWD_CASES = {**{name: (*case[:6], "mxfp8") for name, case in CASES.items()
                   "long-per-token": ((700, 300), None, (2, 2), 128, True, (-1, -1), "mxfp8-exact")}
 
 
-def _gluon_case(name, tiles=AttnTiles()):
+def _gluon_case(name, **changes):
     """The backward launcher's arguments on GLUON_BWD_CASES[name] (the emulator's forward), for
-    ``tiles``."""
+    the shipped tiles of its head dim with ``changes``."""
     lens_q, lens_k, (hq, hkv), d, causal, window, recipe = GLUON_BWD_CASES[name]
+    tiles = replace(tiles_for(d), **changes)
     lens_k = lens_k or lens_q
     g = torch.Generator().manual_seed(len(name))
     q, do = (torch.randn(sum(lens_q), hq, d, generator=g).to(DEVICE, torch.bfloat16) for _ in range(2))
@@ -227,7 +234,7 @@ def test_gluon_dq_equals_triton(name):
     tiles: dQ equal bit for bit."""
     args, kwargs = _gluon_case(name)
     got = attention_backward(*args, **kwargs)[0]
-    want = attention_backward(*args, **{**kwargs, "tiles": replace(AttnTiles(), dq_gluon=False)})[0]
+    want = attention_backward(*args, **{**kwargs, "tiles": replace(kwargs["tiles"], dq_gluon=False)})[0]
     assert torch.equal(got, want), f"dQ: {(got != want).sum().item()} of {got.numel()} differ"
 
 
@@ -238,7 +245,7 @@ def test_gluon_dq_equals_triton(name):
 def test_gluon_dkdv_equals_triton(name, step):
     """The Gluon dK/dV kernel (attn_dkdv_gluon.py) and the Triton one on the same operands and
     tiles: dK and dV equal bit for bit, with query steps of 64 (two halves per step) and 32."""
-    args, kwargs = _gluon_case(name, replace(AttnTiles(), bwd_block_m=step))
+    args, kwargs = _gluon_case(name, bwd_block_m=step)
     tiles = kwargs["tiles"]
     got = attention_backward(*args, **kwargs)[1:]
     want = attention_backward(*args, **{**kwargs, "tiles": replace(tiles, dkdv_gluon=False)})[1:]

@@ -352,7 +352,7 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
                                                 BM=tiles.bwd_block_m, BN=tiles.bwd_block_n, SCALE_BLOCK=scale_block,
                                                 STAGES=tiles.bwd_stages,
                                                 REC_L=query_record_layout(32),
-                                                num_warps=tiles.bwd_warps, **gluon_args)
+                                                num_warps=tiles.bwd_warps, maxnreg=tiles.dkdv_maxnreg, **gluon_args)
     else:
         _dkdv_kernel[(work.shape[1], hkv)](q_codes, q_codes_t, k_codes, k_codes_t, v_codes, do_codes,
                                            dot_codes_t, dot_exps, records, key_rec,

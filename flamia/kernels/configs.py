@@ -44,8 +44,8 @@ class AttnTiles:
     versions, benchmarks/results/2026-11-30-h200-s9): dK/dV in Gluon on 64-query steps with 2
     stages (the shared memory of 3 would leave one program per SM), 3-10% less CUDA time than
     the Triton kernel on 32-query steps on the five workloads measured (call 9; the figures are at
-    ``dkdv_gluon``); 32-query steps with 2, 3 or 4 stages were level (call 2). d=64 is untuned
-    and shares these."""
+    ``dkdv_gluon``); 32-query steps with 2, 3 or 4 stages were level (call 2). d=64 has its
+    own tiles (``TILES_D64``, below)."""
 
     fwd_block_m: int = 64
     fwd_block_n: int = 128
@@ -79,6 +79,12 @@ class AttnTiles:
     # 9.574 / 8.903, skew8k+32x256 1.457 / 1.360, skew8k+224x256 2.180 / 2.099, logu11-16k
     # 1.061 / 1.004, logu29-64k 5.471 / 5.141.
     dkdv_gluon: bool = True
+    # The Gluon dK/dV's register cap (ptxas .maxnreg; None: the compiler's choice, 255 at both
+    # head dims; the Triton dK/dV, its bitwise twin, keeps the compiler's). A 4-warp program at 255 registers fits twice in an SM's register file, at 168
+    # three times; below what the kernel needs, ptxas spills (TILES_D64 has the measurements;
+    # the forward and dQ at d=128 capped at 168 spilled 118 and 319 instructions offline, the
+    # forward on 64-key tiles so capped took 27-46% more time, session 13 call 5).
+    dkdv_maxnreg: int | None = None
     # dQ from the dK/dV kernel's tiles, added with fp32 atomics (5 MMAs per pair instead of
     # 7, no dQ kernel; dQ's summation order then varies from run to run). The dQ payload's
     # scale spans the key tile, hence dq_block_n == bwd_block_n. Off: slower on the same
@@ -103,6 +109,9 @@ class AttnTiles:
             raise ValueError(f"fwd_gluon: the Gluon forward runs 4 warps on 64-row tiles and key tiles a multiple "
                              f"of 32, got fwd_block_m={self.fwd_block_m}, fwd_warps={self.fwd_warps}, "
                              f"fwd_block_n={self.fwd_block_n}; set fwd_gluon=False for the Triton kernel")
+        if self.dkdv_maxnreg is not None and not 64 <= self.dkdv_maxnreg <= 255:
+            raise ValueError(f"dkdv_maxnreg: a register count per thread in [64, 255] (or None), "
+                             f"got {self.dkdv_maxnreg}")
         if self.dq_atomic and self.dq_block_n != self.bwd_block_n:
             raise ValueError(f"dq_atomic: the dQ payload's key step is the dK/dV key tile, so dq_block_n "
                              f"({self.dq_block_n}) must equal bwd_block_n ({self.bwd_block_n})")
@@ -150,7 +159,19 @@ class QuantizerTiles:
                              f"({32 * self.rotated_warps}) in [32, 512], got {self.operand_unit}")
 
 
-TILES = {64: AttnTiles(), 128: AttnTiles()}
+# d=64, measured on one NVIDIA H200 (torch 2.11, Triton 3.6), 2026-11-30, the six causal d64 workloads,
+# kernel-only CUDA ms, medians of 5 interleaved rounds, one change at a time from the d=128 tiles
+# (benchmarks/results/2026-11-30-h200-s13, calls 3-4). Half the head dim leaves registers: 64-key
+# forward tiles with 4 stages take 164 registers (three programs per SM; 128-key tiles 241), forward
+# 4-16% less (eq8x8k 2.889 -> 2.721, skew8k+224x256 0.737 -> 0.617); dQ with 2 stages 2.9-4.9% less;
+# the dK/dV capped at 168 registers (three programs per SM, 67 spill instructions offline) 2.6-6.1%
+# less (eq8x8k 6.131 -> 5.757), with 3 stages less so. Together, against the d=128 tiles: forward
+# 3.6-16%, dK/dV 2.1-5.7%, dQ 2.8-4.8% less (call 4). Caps of 128 (four programs per SM): forward
+# level, dQ 13-16% and dK/dV 39-43% more (caps then set at the launch, not kept as fields). 128-key dQ steps against 64-key ones, both at 2 stages:
+# eq8x8k 4% less, skew8k+224x256 8% more. A cap changes no arithmetic (every output bit the same);
+# 64-key forward tiles move where the row max may rise, which the emulator follows.
+TILES_D64 = AttnTiles(fwd_block_n=64, fwd_stages=4, dq_stages=2, dkdv_maxnreg=168)
+TILES = {64: TILES_D64, 128: AttnTiles()}
 QUANTIZER = QuantizerTiles()
 SUPPORTED_HEAD_DIMS = tuple(TILES)
 
