@@ -80,10 +80,11 @@ class AttnTiles:
     # 1.061 / 1.004, logu29-64k 5.471 / 5.141.
     dkdv_gluon: bool = True
     # The Gluon dK/dV's register cap (ptxas .maxnreg; None: the compiler's choice, 255 at both
-    # head dims; the Triton dK/dV, its bitwise twin, keeps the compiler's). A 4-warp program at 255 registers fits twice in an SM's register file, at 168
-    # three times; below what the kernel needs, ptxas spills (TILES_D64 has the measurements;
-    # the forward and dQ at d=128 capped at 168 spilled 118 and 319 instructions offline, the
-    # forward on 64-key tiles so capped took 27-46% more time, session 13 call 5).
+    # head dims; the Triton dK/dV, its bitwise twin, keeps the compiler's). A 4-warp program at
+    # 255 registers fits twice in an SM's register file, at 168 three times; below what the
+    # kernel needs, ptxas spills (TILES_D64 has the measurements; the forward and dQ at d=128
+    # capped at 168 spilled 118 and 319 instructions offline, the forward on 64-key tiles so
+    # capped took 27-46% more time, session 13 call 5).
     dkdv_maxnreg: int | None = None
     # dQ from the dK/dV kernel's tiles, added with fp32 atomics (5 MMAs per pair instead of
     # 7, no dQ kernel; dQ's summation order then varies from run to run). The dQ payload's
@@ -167,9 +168,10 @@ class QuantizerTiles:
 # the dK/dV capped at 168 registers (three programs per SM, 67 spill instructions offline) 2.6-6.1%
 # less (eq8x8k 6.131 -> 5.757), with 3 stages less so. Together, against the d=128 tiles: forward
 # 3.6-16%, dK/dV 2.1-5.7%, dQ 2.8-4.8% less (call 4). Caps of 128 (four programs per SM): forward
-# level, dQ 13-16% and dK/dV 39-43% more (caps then set at the launch, not kept as fields). 128-key dQ steps against 64-key ones, both at 2 stages:
-# eq8x8k 4% less, skew8k+224x256 8% more. A cap changes no arithmetic (every output bit the same);
-# 64-key forward tiles move where the row max may rise, which the emulator follows.
+# level, dQ 13-16% and dK/dV 39-43% more (the forward's and dQ's caps set at the launch for the
+# measurement, not kept as fields). 128-key dQ steps against 64-key ones, both at 2 stages: eq8x8k
+# 4% less, skew8k+224x256 8% more. A cap changes no arithmetic (every output bit the same); 64-key
+# forward tiles move where the row max may rise, which the emulator follows.
 TILES_D64 = AttnTiles(fwd_block_n=64, fwd_stages=4, dq_stages=2, dkdv_maxnreg=168)
 TILES = {64: TILES_D64, 128: AttnTiles()}
 QUANTIZER = QuantizerTiles()
