@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from flamia.kernels.configs import QuantizerTiles
-from flamia.kernels.layout import (T_ALIGN, aligned_starts, aligned_starts_reference, token_columns, transposed_extent,
+from flamia.kernels.layout import (DOC_ALIGN, T_ALIGN, aligned_starts, aligned_starts_reference, token_columns, transposed_extent,
                                    transposed_reference)
 from flamia.kernels.quantize import quantize_grad_output, quantize_operand
 from flamia.reference import operands as ref
@@ -117,12 +117,12 @@ def test_grad_output_matches_reference(d, block):
 
 
 def test_aligned_starts():
-    """cu_t = [0, cumsum(round_up(len, 32))] and T_t = round_up(T, 32) + 32 * num_docs; the
+    """cu_t = [0, cumsum(round_up(len, 128))] and T_t = round_up(T, 128) + 128 * num_docs; the
     kernel equals the torch reference over more documents than one step of its sweep."""
-    assert T_ALIGN == 32
-    assert aligned_starts(_cu_seqlens(LENGTHS)).tolist() == [0, 64, 96, 96, 192, 224]
-    assert aligned_starts_reference(_cu_seqlens(LENGTHS)).tolist() == [0, 64, 96, 96, 192, 224]
-    assert transposed_extent(sum(LENGTHS), len(LENGTHS)) == 128 + 32 * len(LENGTHS)
+    assert (T_ALIGN, DOC_ALIGN) == (32, 128)
+    assert aligned_starts(_cu_seqlens(LENGTHS)).tolist() == [0, 128, 256, 256, 384, 512]
+    assert aligned_starts_reference(_cu_seqlens(LENGTHS)).tolist() == [0, 128, 256, 256, 384, 512]
+    assert transposed_extent(sum(LENGTHS), len(LENGTHS)) == 128 + 128 * len(LENGTHS)
     lengths = torch.randint(0, 70, (2500,), generator=torch.Generator().manual_seed(0)).tolist()
     assert torch.equal(aligned_starts(_cu_seqlens(lengths)), aligned_starts_reference(_cu_seqlens(lengths)))
 

@@ -53,7 +53,8 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
     of two): x = S (row_x col_x) is the contract's (S qf) kf bit for bit, since a power of two
     applied is exact either way. qry = (m, rf, rq, deltad) of ``query_factors`` and vf = 2^eV,
     each [N]; o_i, o_k: query and key positions [N] in the document; geo: ``visible``'s;
-    MASK: apply the visibility rule (a constexpr, or a runtime flag in the Gluon dQ kernel).
+    MASK: apply the visibility rule by selection on P and the payload (a constexpr, or a
+    runtime flag in the Gluon dQ kernel).
     Returns (P^ float8e4nv, payload fp32), tile shape. With W = fp32(fp32(Pd 2^(eV + eQ)) (dP - D))
     (dS 2^(eV + eQ): NUMERICS.md 4's dS rounded at the same places), the payload is
     G = W 2^(eK - eV) in the dQ orientation and W^T in the dK/dV one, whose key factors are
@@ -63,33 +64,20 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
     m, rf, rq, deltad = qry
     vf = tl.expand_dims(vf, Q_AXIS)
     # x - m with x = (S row_x) col_x: a power of two applied is exact, so both orders below
-    # give x bit for bit, and the fused multiply-add rounds once, as the subtraction does;
-    # written fused, it stays fused where a runtime mask joins two paths (the Gluon kernels).
+    # give x bit for bit, and the fused multiply-add rounds once, as the subtraction does.
     if Q_AXIS == 0:
         # dQ: col_x, the keys' 2^eK, is one value per scale block (``block_key_records``), so
         # the compiler forms the factor row_x col_x once per row and block, not per score.
-        # Masked scores are -inf; the factor is never 0 (rows and keys past the document
-        # read 2^0 factors: records.UNIT_FACTORS), so they stay -inf.
-        if MASK:
-            b_s = tl.where(visible(o_i[:, None], o_k[None, :], geo), b_s, float("-inf"))
         b_p = tl.math.exp2(tl.fma(b_s, row_x[:, None] * col_x[None, :], -tl.expand_dims(m, K_AXIS)))
     else:
-        # dK/dV: col_x, the queries' 2^eQ, changes per column (and is 0 past the tensor's
-        # end, where the Gluon kernel reads TMA's zeros), so S col_x comes first, masked to
-        # -inf, and row_x (never 0) second. The factor-first form was slower here (H200,
-        # 2026-11-30, session 12 call 2: 0-1.8% with the mask on P; offline, 35 spill
-        # instructions with -inf scores and a factor kept off 0).
-        b_y = b_s * col_x[None, :]
-        if MASK:
-            b_y = tl.where(visible(o_i[None, :], o_k[:, None], geo), b_y, float("-inf"))
-        b_p = tl.math.exp2(tl.fma(b_y, row_x[:, None], -tl.expand_dims(m, K_AXIS)))
+        # dK/dV: col_x, the queries' 2^eQ, changes per column, so S col_x comes first.
+        b_p = tl.math.exp2(tl.fma(b_s * col_x[None, :], row_x[:, None], -tl.expand_dims(m, K_AXIS)))
     # Pd comes from the fp32 value on the E4M3 grid, not from converting the fp8 codes back:
-    # on the H200 (Triton 3.6) an fp8 tensor that also feeds a wgmma as its A operand
-    # converted to fp32 as garbage (dK was NaN and changed from run to run).
+    # on Hopper (Triton 3.6) an fp8 tensor that also feeds a wgmma as its A operand converted
+    # to fp32 as garbage.
     # The V fold as one multiply by vf rf: one value per query and key block, which the
     # compiler computes once per block; the same codes as the forward's (p vf) rf (NUMERICS.md 4).
     b_pcf = e4m3_grid(b_p * (vf * tl.expand_dims(rf, K_AXIS)), INTERPRET)
-    b_pc = b_pcf.to(tl.float8e4nv)
     # ((P^ ro)((dP 2^edO) vf - D)) 2^eQ with 2^edO and 2^eQ moved onto ro and D (records.query_records)
     if Q_AXIS == 0:
         # dQ: G = W 2^(eK - eV), the key's powers of two folded into rq: one factor per row
@@ -97,7 +85,17 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
         b_rq = rq[:, None] * (col_x[None, :] * reciprocal_pow2(vf))
     else:
         b_rq = rq[None, :]
-    return b_pc, (b_pcf * b_rq) * (b_dp * vf - tl.expand_dims(deltad, K_AXIS))
+    b_g = (b_pcf * b_rq) * (b_dp * vf - tl.expand_dims(deltad, K_AXIS))
+    if MASK:
+        # Masked by selection, never by a product: a masked step reaches rows or keys of the
+        # next document, whose codes and records may be NaN (0 x NaN = NaN would cross it).
+        if Q_AXIS == 0:
+            m_vis = visible(o_i[:, None], o_k[None, :], geo)
+        else:
+            m_vis = visible(o_i[None, :], o_k[:, None], geo)
+        b_pcf = tl.where(m_vis, b_pcf, 0.0)
+        b_g = tl.where(m_vis, b_g, 0.0)
+    return b_pcf.to(tl.float8e4nv), b_g
 
 
 @triton.jit

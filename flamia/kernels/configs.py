@@ -8,6 +8,8 @@ dQ loop, the extent of the per-row scale of the dQ payload.
 """
 from dataclasses import dataclass
 
+from .layout import DOC_ALIGN
+
 
 @dataclass(frozen=True)
 class AttnTiles:
@@ -113,6 +115,12 @@ class AttnTiles:
         if self.dkdv_maxnreg is not None and not 64 <= self.dkdv_maxnreg <= 255:
             raise ValueError(f"dkdv_maxnreg: a register count per thread in [64, 255] (or None), "
                              f"got {self.dkdv_maxnreg}")
+        transposed_steps = {"fwd_block_n": self.fwd_block_n, "bwd_block_m": self.bwd_block_m,
+                            "dq_block_n": self.dq_block_n, "bwd_block_n": self.bwd_block_n}
+        for name, step in transposed_steps.items():
+            if DOC_ALIGN % step:  # a tile of one document must not reach another's transposed codes
+                raise ValueError(f"{name}: must divide DOC_ALIGN = {DOC_ALIGN}, where documents of the transposed "
+                                 f"codes start, got {step}")
         if self.dq_atomic and self.dq_block_n != self.bwd_block_n:
             raise ValueError(f"dq_atomic: the dQ payload's key step is the dK/dV key tile, so dq_block_n "
                              f"({self.dq_block_n}) must equal bwd_block_n ({self.bwd_block_n})")

@@ -2,15 +2,19 @@
 contiguous), which Hopper's FP8 MMA needs as K-major operands of products over tokens.
 
 Document b's tokens fill columns ``cu_t[b]`` onwards, ``cu_t = [0, cumsum(round_up(len_b,
-T_ALIGN))]``: every document starts at a multiple of T_ALIGN tokens, so a kernel's tile of a
-document starts 16-byte aligned and loads as wide vectors (with packed starts, which are
+DOC_ALIGN))]``: every document starts at a multiple of DOC_ALIGN tokens, a multiple of every
+kernel step over transposed tokens (the forward's key tile, the dK/dV query step, the dQ key
+step), so a tile of one document never reads another document's codes: a masked zero times
+a neighbour's NaN would be NaN, and a non-finite value must stay in its document. Tiles
+start 16-byte aligned and load as wide vectors (with packed starts, which are
 generally not aligned, Triton falls back to single-byte loads), and a quantizer's 32-token
 unit writes each head-dim row of its columns as one whole 32-byte sector. At T_ALIGN = 16
 half the documents of a packed batch (and on skew8k+224x256 every odd row, T_t being an odd
 multiple of 16) split that row over two sectors: 24% more store sectors (ncu, H200,
 2026-11-30), and the V quantizer took 0.19 ms on logu29-64k against 0.16 at 32. Columns
-between documents and past the last one hold zero codes: kernels load whole aligned tiles,
-and uninitialised FP8 bytes may be NaNs.
+between documents and past the last one hold zero codes (the quantizers write them: tokens
+up to the next multiple of T_ALIGN with their unit, the rest in ``zero_padding``): kernels
+load whole aligned tiles, and uninitialised FP8 bytes may be NaNs.
 
 Within each 16-column group the tokens sit in the order of the FP8 wgmma's register A
 operand (``mma_token_order``): every product over tokens takes its other operand (P^, G,
@@ -20,13 +24,15 @@ V for its FP8 forward the same way). Token ``16 g + 8 j + 2 t + e`` of a documen
 column ``cu_t[b] + 16 g + 4 t + 2 j + e`` (``token_columns``).
 
 Everything here runs on the device, without a host sync; the launchers' shape check and the
-quantizers' column math (``unit_columns``, ``zero_tail``) live here too.
+quantizers' column math (``unit_columns``, ``zero_padding``) live here too.
 """
 import torch
 import triton
 import triton.language as tl
 
 T_ALIGN = 32  # tokens (= bytes of E4M3 codes): one 32-byte sector per row of a 32-token unit
+DOC_ALIGN = 128  # tokens: where documents start, a multiple of every kernel's step over tokens
+_DOC_ALIGN = tl.constexpr(DOC_ALIGN)
 _CHUNK = 1024  # documents per step of aligned_starts
 
 
@@ -46,22 +52,22 @@ def aligned_starts(cu_seqlens: torch.Tensor) -> torch.Tensor:
     (``aligned_starts_reference``) its seven ops took 0.23 ms of host time per eager training
     call (H200, 2026-11-30)."""
     starts = torch.empty_like(cu_seqlens)
-    _aligned_starts_kernel[(1,)](cu_seqlens, starts, cu_seqlens.numel() - 1, T_ALIGN=T_ALIGN, CHUNK=_CHUNK)
+    _aligned_starts_kernel[(1,)](cu_seqlens, starts, cu_seqlens.numel() - 1, DOC_ALIGN=DOC_ALIGN, CHUNK=_CHUNK)
     return starts
 
 
 def aligned_starts_reference(cu_seqlens: torch.Tensor) -> torch.Tensor:
     """``aligned_starts`` in torch ops (the tests' reference and ``transposed_reference``'s)."""
     lengths = cu_seqlens[1:] - cu_seqlens[:-1]
-    spans = (lengths + (T_ALIGN - 1)) // T_ALIGN * T_ALIGN
+    spans = (lengths + (DOC_ALIGN - 1)) // DOC_ALIGN * DOC_ALIGN
     starts = torch.zeros_like(cu_seqlens)
     starts[1:] = torch.cumsum(spans, 0, dtype=cu_seqlens.dtype)
     return starts
 
 
 @triton.jit
-def _aligned_starts_kernel(p_cu, p_starts, num_docs, T_ALIGN: tl.constexpr, CHUNK: tl.constexpr):
-    """One program: a running sum of the documents' lengths rounded up to T_ALIGN, CHUNK
+def _aligned_starts_kernel(p_cu, p_starts, num_docs, DOC_ALIGN: tl.constexpr, CHUNK: tl.constexpr):
+    """One program: a running sum of the documents' lengths rounded up to DOC_ALIGN, CHUNK
     documents per step."""
     tl.store(p_starts, 0)
     carry = 0
@@ -69,7 +75,7 @@ def _aligned_starts_kernel(p_cu, p_starts, num_docs, T_ALIGN: tl.constexpr, CHUN
         d = d0 + tl.arange(0, CHUNK)  # [CHUNK] documents
         m_d = d < num_docs
         length = tl.load(p_cu + d + 1, mask=m_d, other=0) - tl.load(p_cu + d, mask=m_d, other=0)
-        spans = tl.cdiv(length, T_ALIGN) * T_ALIGN
+        spans = tl.cdiv(length, DOC_ALIGN) * DOC_ALIGN
         ends = carry + tl.cumsum(spans, axis=0)  # [CHUNK] each document's end column
         tl.store(p_starts + d + 1, ends, mask=m_d)
         carry += tl.sum(spans, axis=0)
@@ -99,9 +105,9 @@ def token_columns(i: torch.Tensor) -> torch.Tensor:
 
 def transposed_extent(total: int, num_docs: int) -> int:
     """T_t, the column count of the transposed codes: a host-known bound on cu_t[-1] (each
-    document adds at most T_ALIGN - 1 columns of padding), a multiple of T_ALIGN. It exceeds
-    cu_t[-1] by less than T_ALIGN * (num_docs + 1) columns."""
-    return -(-total // T_ALIGN) * T_ALIGN + T_ALIGN * num_docs
+    document adds at most DOC_ALIGN - 1 columns of padding), a multiple of DOC_ALIGN. It
+    exceeds cu_t[-1] by less than DOC_ALIGN * (num_docs + 1) columns."""
+    return -(-total // DOC_ALIGN) * DOC_ALIGN + DOC_ALIGN * num_docs
 
 
 # The quantizers' column math, shared by the Triton kernels (quantize.py) and the Gluon one
@@ -128,16 +134,29 @@ def unit_columns(cu_seqlens_t, doc, length, o_i, T_ALIGN: tl.constexpr):
 
 
 @triton.jit
-def zero_tail(p_t, cu_seqlens_t, doc, num_docs, h, o_d, o_j, T_t, D: tl.constexpr, T_ALIGN: tl.constexpr):
-    """Zero document doc's share of the columns [cu_t[-1], T_t) of head h of a [H, D, T_t]
-    FP8 tensor (the kernels call it in the document's unit 0), so that no byte of the tensor
-    stays uninitialised. o_d: the D head-dim rows (int64); o_j: arange(0, 2 T_ALIGN). The
-    tail is shorter than T_ALIGN * (num_docs + 1) <= 2 T_ALIGN * num_docs columns
-    (``transposed_extent``): 2 T_ALIGN columns per document cover it."""
-    first = tl.multiple_of(tl.load(cu_seqlens_t + num_docs), T_ALIGN).to(tl.int64)
-    o_c = first + doc * (2 * T_ALIGN) + o_j  # [2 T_ALIGN]
-    # a scalar zero takes the offsets' shape and layout (tl.zeros would have no layout in Gluon)
-    tl.store(p_t + column_offsets(o_d, o_c, h, T_t, D), 0.0, mask=(o_c < T_t)[None, :])
+def zero_padding(p_t, cu_seqlens_t, doc, length, num_docs, h, o_d, o_j, T_t, D: tl.constexpr,
+                 T_ALIGN: tl.constexpr):
+    """Zero the columns of head h of a [H, D, T_t] FP8 tensor that no quantizer unit writes
+    (the kernels call it in the document's unit 0), so that no byte of the tensor stays
+    uninitialised: document doc's padding past its tokens' last multiple of T_ALIGN, up to
+    cu_t[doc + 1] (less than DOC_ALIGN columns), and its share of the tail [cu_t[-1], T_t).
+    The tail is shorter than DOC_ALIGN * (num_docs + 1) <= 2 DOC_ALIGN * num_docs columns
+    (``transposed_extent``): 2 DOC_ALIGN columns per document cover it. length: the
+    document's tokens; o_d: the D head-dim rows (int64); o_j: arange(0, 2 T_ALIGN), the
+    columns of one store."""
+    CHUNK: tl.constexpr = 2 * T_ALIGN
+    PAD_CHUNKS: tl.constexpr = (_DOC_ALIGN - T_ALIGN + CHUNK - 1) // CHUNK
+    first = tl.multiple_of(tl.load(cu_seqlens_t + doc), T_ALIGN).to(tl.int64)
+    pad = first + tl.cdiv(length, T_ALIGN) * T_ALIGN
+    pad_end = tl.load(cu_seqlens_t + doc + 1).to(tl.int64)
+    tail = tl.multiple_of(tl.load(cu_seqlens_t + num_docs), T_ALIGN).to(tl.int64) + doc * (2 * _DOC_ALIGN)
+    # one store body in a loop: unrolled, each [D, CHUNK] store's offsets would stay live
+    for c in range(0, PAD_CHUNKS + 2 * _DOC_ALIGN // CHUNK):
+        is_pad = c < PAD_CHUNKS
+        o_c = tl.multiple_of(tl.where(is_pad, pad + c * CHUNK, tail + (c - PAD_CHUNKS) * CHUNK), T_ALIGN) + o_j
+        end = tl.multiple_of(tl.where(is_pad, pad_end, T_t), T_ALIGN)  # keeps the mask whole over 16-byte vectors
+        # a scalar zero takes the offsets' shape and layout (tl.zeros would have no layout in Gluon)
+        tl.store(p_t + column_offsets(o_d, o_c, h, T_t, D), 0.0, mask=(o_c < end)[None, :])
 
 
 def transposed_reference(codes: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:

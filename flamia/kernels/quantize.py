@@ -26,8 +26,8 @@ from ..validation import INPUT_DTYPES
 from .configs import QUANTIZER
 from .fp8 import block_exponents, interpreting, pow2, to_e4m3
 from .hadamard import rotate
-from .layout import (T_ALIGN, aligned_starts, check_operand, column_offsets, mma_token_order, transposed_extent,
-                     unit_columns, zero_tail)
+from .layout import (T_ALIGN, aligned_starts, check_operand, column_offsets, mma_token_order,
+                     transposed_extent, unit_columns, zero_padding)
 from .rotated_quantizer import rotated_operand_kernel
 from .worklist import list_extent, program_tile, tile_list
 
@@ -100,12 +100,13 @@ def _store_transposed(p_t, b_t, cols, h, T_t, D: tl.constexpr, INTERPRET: tl.con
 
 
 @triton.jit
-def _zero_tail(p_t, cu_seqlens_t, doc, unit, num_docs, h, T_t, D: tl.constexpr, T_ALIGN: tl.constexpr):
-    """``layout.zero_tail`` in unit 0: zero document doc's share of the columns [cu_t[-1], T_t)
-    of head h of a [H, D, T_t] tensor."""
+def _zero_padding(p_t, cu_seqlens, cu_seqlens_t, doc, unit, num_docs, h, T_t, D: tl.constexpr, T_ALIGN: tl.constexpr):
+    """``layout.zero_padding`` in unit 0: zero document doc's padding columns and its share of
+    the tail of head h of a [H, D, T_t] tensor."""
     if unit == 0:
-        zero_tail(p_t, cu_seqlens_t, doc, num_docs, h, tl.arange(0, D).to(tl.int64), tl.arange(0, 2 * T_ALIGN), T_t, D,
-                  T_ALIGN)
+        length = tl.load(cu_seqlens + doc + 1) - tl.load(cu_seqlens + doc)
+        zero_padding(p_t, cu_seqlens_t, doc, length, num_docs, h, tl.arange(0, D).to(tl.int64),
+                     tl.arange(0, 2 * T_ALIGN), T_t, D, T_ALIGN)
 
 
 @triton.jit
@@ -118,7 +119,7 @@ def _quantize_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seq
         return
     h = tl.program_id(1).to(tl.int64)
     if TRANSPOSED:
-        _zero_tail(p_codes_t, cu_seqlens_t, doc, unit, num_docs, h, T_t, D, T_ALIGN)
+        _zero_padding(p_codes_t, cu_seqlens, cu_seqlens_t, doc, unit, num_docs, h, T_t, D, T_ALIGN)
     start, end, o_t, m_t = _unit_rows(cu_seqlens, doc, unit, UNIT)
     if start >= end:
         return
@@ -151,7 +152,7 @@ def _quantize_grad_output_kernel(p_do, p_o, p_ro, p_do_codes, p_do_exps, p_dot_t
     if doc < 0:
         return
     h = tl.program_id(1).to(tl.int64)
-    _zero_tail(p_dot_t, cu_seqlens_t, doc, unit, num_docs, h, T_t, D, T_ALIGN)
+    _zero_padding(p_dot_t, cu_seqlens, cu_seqlens_t, doc, unit, num_docs, h, T_t, D, T_ALIGN)
     start, end, o_t, m_t = _unit_rows(cu_seqlens, doc, unit, STEP)
     if start >= end:
         return

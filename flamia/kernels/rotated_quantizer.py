@@ -25,7 +25,7 @@ logu29-64k (with 32-token document starts, layout.py) 0.1852 -> 0.1651 (H200, 20
 benchmarks/results/2026-11-30-h200-s11/call3, codes bitwise unchanged).
 
 The arithmetic is the Triton kernel's, through the same helpers (``rotate``,
-``block_exponents``, ``to_e4m3``; layout.py's ``unit_columns``, ``zero_tail``), so the codes
+``block_exponents``, ``to_e4m3``; layout.py's ``unit_columns``, ``zero_padding``), so the codes
 are equal bit for bit; the GPU tests check them against the torch reference. Gluon has no
 CPU interpreter, so under TRITON_INTERPRET ``quantize_operand`` runs the Triton kernel,
 which the CPU suite checks the same way.
@@ -35,7 +35,7 @@ from triton.experimental.gluon import language as gl
 
 from .fp8 import block_exponents, pow2, to_e4m3
 from .hadamard import rotate
-from .layout import column_offsets, mma_token_order, unit_columns, zero_tail
+from .layout import column_offsets, mma_token_order, unit_columns, zero_padding
 from .worklist import program_tile
 
 
@@ -91,12 +91,13 @@ def rotated_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqle
     if doc < 0:
         return
     h = gl.program_id(1).to(gl.int64)
+    start = gl.load(cu_seqlens + doc).to(gl.int64)
+    end = gl.load(cu_seqlens + doc + 1).to(gl.int64)
     if unit == 0:
         o_d = gl.arange(0, D, layout=gl.SliceLayout(1, COLS)).to(gl.int64)  # [D] head-dim rows of codes_t
         o_j = gl.arange(0, 2 * T_ALIGN, layout=gl.SliceLayout(0, COLS))
-        zero_tail(p_codes_t, cu_seqlens_t, doc, num_docs, h, o_d, o_j, T_t, D, T_ALIGN)
-    start = gl.load(cu_seqlens + doc).to(gl.int64)
-    end = gl.load(cu_seqlens + doc + 1).to(gl.int64)
+        zero_padding(p_codes_t, cu_seqlens_t, doc, (end - start).to(gl.int32), num_docs, h, o_d, o_j, T_t, D,
+                     T_ALIGN)
     if start + unit * UNIT >= end:
         return
     # Rows past the document's end load as zeros: they add nothing to a block maximum.
