@@ -224,7 +224,7 @@ def train(cfg: TrainConfig, resume: bool = False, t_start: float | None = None) 
         window.flops += model.flops_per_step(cfg, batch)
         window.steps += 1
 
-        if (progress.step % cfg.log_interval == 0 or progress.step == first_step + 1
+        if (progress.step % cfg.log_interval == 0 or progress.step in (first_step + 1, cfg.steps)
                 or time.monotonic() - window.started >= LOG_SECONDS):
             per_step = (time.monotonic() - t_loop) / (progress.step - first_step)
             print(f"{cfg.run} step {progress.step}/{cfg.steps} | loss {loss_v:.4f} | lr {lr:.2e} | "
@@ -251,4 +251,6 @@ def train(cfg: TrainConfig, resume: bool = False, t_start: float | None = None) 
     if progress.step != saved_at and progress.diverged_step is None:
         checkpoint()
     write_results(results_path, cfg, attention, progress)
+    print(f"{cfg.run}: step {progress.step}/{cfg.steps} in {duration(time.monotonic() - t_start)} | "
+          f"results {results_path} | checkpoint {ckpt_path}", flush=True)
     return progress
