@@ -9,10 +9,10 @@
 #   GPUS     the GPU indices to use, e.g. "0" or "0 1" (default: all that nvidia-smi lists)
 #   PER_GPU  runs at a time on each GPU (default 1: two at a time on a 2-GPU machine); each of
 #            the workers takes the next unclaimed run, worker w on the (w mod #GPUS)-th GPU.
-#            Emulated runs of the small profile held 17-27 GB each early on an H200, and
-#            up to 66-73 GB each later in a run (2026-11-29): nine, four and, late, two
-#            on one GPU ran out of memory; a failed run resumes from its last checkpoint
-#            in the next call, so PER_GPU=1 for emulated runs that must finish in one
+#            Emulated runs of the small profile grow to 66-73 GB each on an H200
+#            (experiments/README.md), so two on one GPU can run out of memory; a failed run
+#            resumes from its last checkpoint in the next call: PER_GPU=1 for emulated runs
+#            that must finish in one
 #   DATA     the corpus (default data/english-text.txt.xz, else data/english-text.txt)
 #   EXTRA    more flags for every run, e.g. "--steps 300 --eval-interval 50"
 #   PYTHON   the interpreter (default python3)
@@ -57,7 +57,7 @@ worker() {
     run=${runs[$i]}
     is_done "$run" && continue
     mkdir "$claims/$run" 2>/dev/null || continue
-    # 20 s for Python, torch and CUDA to start before train.py's clock does.
+    # 20 s for Python, torch and CUDA to start before flamia.train's clock does.
     left=$(( deadline - $(date +%s) - 20 ))
     (( left > 30 )) || return 0
     echo "$(date +%T) $run on GPU $gpu, ${left}s"

@@ -4,6 +4,7 @@
     flamia probe --recipe mxfp8 [--exact | --per-tensor] [--backend B] [--peers all]
     flamia accuracy --recipe mxfp8,nvfp4 [--outliers [N]] [--lengths 1000,333,1] [--peers fa2,cudnn:fp8]
     flamia bench ... / flamia train ...   (their own options: flamia bench --help)
+    flamia --version
 
 ``--peers`` runs the same tool on peer attention libraries (``flamia.bench.peer_attention``)
 after the recipe, on the same inputs; a peer that cannot run here prints "n/a: why".
@@ -14,7 +15,7 @@ import sys
 
 import torch
 
-from . import demo
+from . import __version__, demo
 from .accuracy import DEFAULT_LENGTHS, measure
 from .bench.peer_attention import PEERS, PeerUnavailable, peer_attention, select_peers
 from .bench.timing import error_reason
@@ -71,6 +72,7 @@ def _common(parser: argparse.ArgumentParser, lengths, heads: int) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="flamia", description="Low-precision FlashAttention for "
                                      "training on packed documents: demo and tools.")
+    parser.add_argument("--version", action="version", version=f"flamia {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo = sub.add_parser("demo", help="every recipe: accuracy vs FP32, leakage verdict, GPU speed")
     demo.add_argument("--device", default=None, help="default: cuda when present, else cpu")

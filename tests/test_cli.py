@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 import types
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -82,3 +83,10 @@ def test_bench_and_train_get_the_rest_of_the_arguments(monkeypatch, command, mod
     monkeypatch.setitem(sys.modules, module, types.SimpleNamespace(main=lambda argv: seen.append(argv) or 3))
     assert main([command, "--help", "--steps", "2"]) == 3
     assert seen == [["--help", "--steps", "2"]]
+
+
+def test_version_prints_the_installed_package_version(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out == f"flamia {version('flamia')}\n"

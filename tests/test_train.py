@@ -1,5 +1,6 @@
 """The training experiment on the CPU: a 2-layer, width-64 GPT with 64-byte contexts for a few
-steps on generated text. Records, resume, report, document masking and single_step_cos."""
+steps on generated text. Records, resume, progress lines, errors that name their flag, report,
+document masking and single_step_cos."""
 import json
 import math
 from dataclasses import replace
@@ -13,6 +14,7 @@ from flamia.data import Batch, PackedText
 from flamia.recipes import Recipe
 from flamia.train import (GPT, exact_attention, flamia_attention, learning_rate, main, make_config, run_spec,
                           sdpa_attention, single_step_cos, train)
+from flamia.train.loop import duration
 
 TINY = dict(n_layer=2, d_model=64, n_head=1, context=64, batch_size=4, steps=6, warmup=2,
             eval_interval=2, eval_batches=2, ckpt_interval=4, log_interval=1)
@@ -35,8 +37,8 @@ def generated_text(n_bytes: int = 60_000, seed: int = 0) -> bytes:
 
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
-    """These tensors are tiny: a second OpenMP thread only adds synchronisation, and on a
-    shared, loaded CPU it made a training step 40x slower."""
+    """These tensors are tiny: a second OpenMP thread only adds synchronisation, which on a
+    shared, loaded CPU costs far more than it saves."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -89,14 +91,20 @@ def test_records_at_every_evaluation(full_run):
     assert (Path(cfg.ckpt_dir) / "bf16.pt").exists()
 
 
-def test_resume_continues_the_same_run(full_run, corpus, tmp_path):
+def test_resume_continues_the_same_run(full_run, corpus, tmp_path, capsys):
     cfg, doc = full_run
     piece = tiny_config(corpus, tmp_path, stop_at=3)
     assert train(piece).step == 3
     assert not results_of(piece)["done"] and [r["step"] for r in results_of(piece)["records"]] == [2]
+    capsys.readouterr()
     main(as_argv(piece) + ["--resume"])
     assert results_of(piece)["records"] == doc["records"]  # same data order, same state: bitwise
-    with pytest.raises(ValueError, match=r"--resume: .*\(lr: 0.002 -> 0.01\)"):
+    out = capsys.readouterr().out
+    assert "  lr = 0.002\n" in out and "resumed at step 3 | 256 tokens/step" in out
+    steps = [line for line in out.splitlines() if line.startswith("bf16 step ")]
+    assert [line.split()[2] for line in steps] == ["4/6", "5/6", "6/6"]
+    assert all(" tok/s | " in line and " | ETA " in line for line in steps)
+    with pytest.raises(SystemExit, match=r"^flamia train: error: --resume: .*\(lr: 0.002 -> 0.01\)"):
         main(as_argv(piece) + ["--resume", "--lr", "0.01"])
 
 
@@ -126,8 +134,34 @@ def test_report_with_baseline_runs_of_another_folder(full_run, tmp_path, capsys)
     main(["--report", "--results-dir", str(other), "--baseline", f"{cfg.results_dir}:bf16"])
     table = Path(capsys.readouterr().out.split()[0]).read_text()
     assert f"| bf16 ({cfg.profile}) | SDPA bf16 | 6 |" in table
-    with pytest.raises(FileNotFoundError, match="--baseline: no"):
+    with pytest.raises(SystemExit, match="--baseline: no"):
         main(["--report", "--results-dir", str(other), "--baseline", f"{cfg.results_dir}:nope"])
+
+
+def test_a_missing_data_file_ends_in_one_line_that_says_how_to_get_it(tmp_path):
+    missing = tmp_path / "english-text.txt"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--data", str(missing), "--results-dir", str(tmp_path)])
+    message = str(exit_info.value.code)
+    assert message.startswith(f"flamia train: error: --data: no such file {missing}") and "\n" not in message
+    assert f"python -m flamia.data --out {missing}" in message and "build_english_text.sh" in message
+    assert "any file" in message
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--doc-sep", ""], "--doc-sep"),
+    (["--context", "4096"], "--data"),                             # longer than the validation split
+    (["--d-model", "100", "--n-head", "3"], "--d-model"),
+    (["--run", "mxfp8", "--d-model", "100", "--n-head", "4"], "--d-model / --n-head"),  # head dim 25
+    (["--device", "nope"], "--device"),
+])
+def test_settings_that_cannot_work_name_their_flag(corpus, tmp_path, argv, named):
+    with pytest.raises(SystemExit, match=f"^flamia train: error: {named}: "):
+        main(["--data", str(corpus), "--results-dir", str(tmp_path), *argv])
+
+
+def test_durations_read_as_hours_minutes_seconds():
+    assert [duration(s) for s in (7.4, 65, 3600 * 2 + 125)] == ["7s", "1m05s", "2h02m"]
 
 
 def test_learning_rate_warmup_then_cosine():

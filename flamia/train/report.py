@@ -1,12 +1,13 @@
 """Results of the training experiment: a markdown table and curves from <run>.json files.
 
-    python -m flamia.train --report [--results-dir experiments/results] [--baseline DIR:RUN,RUN]
+    flamia train --report [--results-dir experiments/results] [--baseline DIR:RUN,RUN]
 
 ``--baseline`` adds runs of another results folder to the table and curves, named
 "run (its profile)", so that a profile that changes some runs is read against the unchanged
-ones (e.g. small-sumq against small's bf16). Writes, next to the JSON files: results.md (one row per run, its last evaluation),
-loss_curves.png (validation loss through the run's own attention, solid, and through exact
-attention, dashed), grad_norm.png and single_step_cos.png (against the training step).
+ones (e.g. small-sumq against small's bf16). Writes, next to the JSON files: results.md (one
+row per run, its last evaluation), loss_curves.png (validation loss through the run's own
+attention, solid, and through exact attention, dashed), grad_norm.png and
+single_step_cos.png (against the training step).
 """
 import json
 from dataclasses import asdict
@@ -17,7 +18,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
-from .recipes import Recipe  # noqa: E402
+from flamia.recipes import Recipe  # noqa: E402
+
+from .config import SettingError  # noqa: E402
 
 COLUMNS = ("run", "attention", "steps", "val loss own", "val loss exact", "exact - own",
            "grad norm (last / max)", "single-step cos", "tokens/s", "status")
@@ -33,12 +36,12 @@ def load_baseline(spec: str) -> list[dict]:
     """"DIR:RUN,RUN" -> those runs' documents, each renamed "run (profile)"."""
     folder, _, names = spec.rpartition(":")
     if not folder or not names:
-        raise ValueError(f"--baseline: expected DIR:RUN[,RUN...], got {spec!r}")
+        raise SettingError(f"--baseline: expected DIR:RUN[,RUN...], got {spec!r}")
     docs = []
     for name in names.split(","):
         path = Path(folder) / f"{name}.json"
         if not path.exists():
-            raise FileNotFoundError(f"--baseline: no {path}")
+            raise SettingError(f"--baseline: no {path}; give DIR:RUN,RUN with a DIR/RUN.json for each RUN")
         doc = json.loads(path.read_text())
         docs.append({**doc, "run": f"{doc['run']} ({doc['config']['profile']})"})
     return docs
@@ -111,7 +114,7 @@ def write_report(results_dir: Path, baseline: "list[dict] | None" = None) -> lis
     ``load_baseline``); returns the files written."""
     docs = (baseline or []) + load_results(results_dir)
     if not docs:
-        raise FileNotFoundError(f"--results-dir: no <run>.json with records under {results_dir}")
+        raise SettingError(f"--results-dir: no <run>.json with records under {results_dir}")
     table = results_dir / "results.md"
     table.write_text(markdown_table(docs))
     return [table,
