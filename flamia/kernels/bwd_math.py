@@ -76,16 +76,15 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
     else:
         # dK/dV: col_x, the queries' 2^eQ, changes per column (and is 0 past the tensor's
         # end, where the Gluon kernel reads TMA's zeros), so S col_x comes first, masked to
-        # -inf, and row_x (never 0) second. The factor-first form was slower here (H200,
-        # 2026-11-30, session 12 call 2: 0-1.8% with the mask on P; offline, 35 spill
-        # instructions with -inf scores and a factor kept off 0).
+        # -inf, and row_x (never 0) second: the factor-first form would need col_x kept off 0,
+        # which costs registers (spills) in the dK/dV loop.
         b_y = b_s * col_x[None, :]
         if MASK:
             b_y = tl.where(visible(o_i[None, :], o_k[:, None], geo), b_y, float("-inf"))
         b_p = tl.math.exp2(tl.fma(b_y, row_x[:, None], -tl.expand_dims(m, K_AXIS)))
     # Pd comes from the fp32 value on the E4M3 grid, not from converting the fp8 codes back:
-    # on the H200 (Triton 3.6) an fp8 tensor that also feeds a wgmma as its A operand
-    # converted to fp32 as garbage (dK was NaN and changed from run to run).
+    # Triton 3.6 converts an fp8 tensor that also feeds a wgmma as its A operand to fp32 as
+    # garbage (NaN dK, different from run to run).
     # The V fold as one multiply by vf rf: one value per query and key block, which the
     # compiler computes once per block; the same codes as the forward's (p vf) rf (NUMERICS.md 4).
     b_pcf = e4m3_grid(b_p * (vf * tl.expand_dims(rf, K_AXIS)), INTERPRET)
