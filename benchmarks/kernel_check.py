@@ -167,7 +167,7 @@ def _cuda_events(fn, calls: int):
 def cuda_ms(fn, calls: int = 5) -> float:
     """GPU time of one call of fn in ms: its kernels' CUDA time summed (torch.profiler). Host
     work between launches does not count, which a wall clock of eager calls would include:
-    for the quantizers and the smaller workloads that was most of it (session 6)."""
+    for the quantizers and the smaller workloads that is most of it."""
     return sum(e.self_device_time_total for e in _cuda_events(fn, calls)) / calls / 1e3
 
 
@@ -197,8 +197,8 @@ def speed(report, names):
     report["speed"] = rows
 
 
-# One change at a time from configs.py's tiles (v9: the Gluon forward, dQ and dK/dV; one warpgroup per backward
-# program; each entry must stay a valid AttnTiles, e.g. dq_atomic needs dq_block_n == bwd_block_n).
+# One change at a time from configs.py's tiles (the Gluon forward, dQ and dK/dV; one warpgroup per backward
+# program); each entry must stay a valid AttnTiles, e.g. dq_atomic needs dq_block_n == bwd_block_n.
 TUNE = [dict(), dict(fwd_gluon=False), dict(fwd_block_n=64), dict(fwd_stages=2), dict(fwd_stages=4),
         dict(bwd_block_m=32, bwd_stages=4), dict(dkdv_gluon=False), dict(bwd_block_m=32, bwd_stages=4, dkdv_gluon=False),
         dict(bwd_block_n=128, bwd_warps=8, dkdv_gluon=False), dict(bwd_stages=3),

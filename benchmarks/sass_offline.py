@@ -12,7 +12,7 @@ GPUTarget("cuda", 90, 32), specialised as a launch would be (pointers and ints d
 16 marked so, ints equal to 1 made constants, INTERPRET=False; Gluon kernels, which have no
 interpreter, are recorded where the GPU would launch them), and disassembles the cubin
 with the cuobjdump that ships with Triton. The SASS is that of the installed Triton: the
-H200 machine runs Triton 3.6, so install that one beside this checkout for faithful numbers
+kernels are tuned with Triton 3.6, so install that one beside this checkout for faithful numbers
 (``pip install --target DIR triton==3.6.0`` and put DIR first on PYTHONPATH).
 """
 import argparse

@@ -24,9 +24,8 @@ def prefix_v_exponent(ev: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k
     doc_k, _ = token_doc_positions(cu_seqlens_k, total_k)
     # A cumulative max over all packed keys that restarts at every document: lift each
     # document above the previous one, take cummax, and lower it back.
-    # cummax runs along the contiguous last axis ([H, T]): along dim 0 of [T, H] it was the
-    # slowest step of the forward on the H200. int32 (_MAX_DOCS): in int64 it took
-    # 0.18 ms of eq8x8k's training call (torch.profiler, H200, 2026-11-29).
+    # cummax runs along the contiguous last axis ([H, T]): along dim 0 of [T, H] it is slow
+    # on the GPU. int32 (_MAX_DOCS): an int64 cummax is slower (docs/PERFORMANCE.md).
     lift = (doc_k.to(torch.int32) * _SHIFT + 128)[:, None]  # [total_k, 1]
     lifted = (ev.to(torch.int32) + lift).t().contiguous()  # [H_kv, total_k]
     prefix = torch.cummax(lifted, dim=1).values.t() - lift  # [total_k, H_kv]

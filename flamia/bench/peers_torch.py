@@ -101,7 +101,7 @@ def _compiled_flex(cache_key: str):
 
     torch._dynamo.reset()
     # The bwd mode replays the backward of one saved forward (retain_graph=True), which a
-    # compiled backward that donates its saved buffers refuses (measured on the H200 with
-    # torch 2.11: "compiled with non-empty donated buffers"); donation only saves memory.
+    # compiled backward that donates its saved buffers refuses (torch 2.11: "compiled with
+    # non-empty donated buffers"); donation only saves memory.
     functorch_config.donated_buffer = False
     return torch.compile(flex_attention, dynamic=False)

@@ -51,7 +51,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--no-graphs", action="store_true", help="time every call eagerly (debugging)")
     parser.add_argument("--alone", action="store_true",
                         help="time each provider's rounds back to back instead of interleaving them with the "
-                             "other providers' (their neighbours move the times: benchmarks/NOTES.md)")
+                             "other providers' (their neighbours move the times: docs/PERFORMANCE.md)")
     parser.add_argument("--merge", nargs="+", metavar="JSON", help="merge the results.json of several runs")
     args = parser.parse_args(argv)
     try:

@@ -31,9 +31,9 @@ class Protocol:
     warmup_rounds: int = 1
     min_ms: float = 20.0
     graphs: bool = True
-    # False: each job runs all its rounds before the next job starts. Interleaved rounds on
-    # the H200 slowed flamia and FA2 by up to 12-15% and sped FA4 up when FA4 shared them
-    # (benchmarks/results/2026-11-29-h200-s5/, call 9): a job's neighbours move its time.
+    # False: each job runs all its rounds before the next job starts. A job's neighbours move
+    # its time: interleaved with FA4, flamia and FA2 run up to 12-15% slower and FA4 faster
+    # (docs/PERFORMANCE.md).
     interleave: bool = True
 
 
@@ -146,7 +146,7 @@ def peak_memory_gb(build: Callable[[], Job]) -> float:
     eager calls, in GB (1e9 bytes), from torch.cuda.max_memory_allocated. Counting from
     before the build charges every provider for the buffers it allocates once and reuses
     (cuDNN's graph outputs), as a training step would hold them; counting from the second
-    call alone measured cuDNN at 0 GB (2026-11-29)."""
+    call alone would charge cuDNN 0 GB."""
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()

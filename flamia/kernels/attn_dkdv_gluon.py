@@ -11,29 +11,15 @@ A step of 64 queries (``bwd_block_m``, the numerics' query step) runs S^T and dP
 halves of 32, the second half's issued under the first half's payload, and chains dV's and
 dK's products over both halves in one fresh accumulator each (the Triton kernel's K = 64
 products, instruction for instruction), with one row scale of the dK payload over the step
-(``_pair_scaled_codes``). The halves keep the live registers of a 32-query step (64-query S^T
-and dP^T tiles spilled 198 instructions), while each step's accumulator adds, copies and
-bookkeeping serve twice the queries: 1188 SASS instructions per unmasked 64-query step
-(Triton 3.6, offline) against 704 per 32-query step, and 3-10% less CUDA time than the
-Triton kernel on 32-query steps on the five workloads measured (configs.py has the figures).
-The query records are then read as copied, without a select on the document's end (only
-masked steps reach past it, and their visibility rule zeroes those queries): 1011
-instructions per step and 3.7-7.0% less CUDA time on the six workloads (configs.py). The key
-words then come once per 32-key block (``block_key_records``), so a thread's two key rows
-share vf and grad_scores' vf rf is one value per query column: 993 instructions per step
-(21 spill instructions, 3 loads of them on the unmasked path; H200, 2026-11-30, session 10
-call 4: 2-4% less CUDA time). Session 11: the A operands convert without shuffles in the
-transposed codes' MMA token order (``layout.mma_token_order``: 940 instructions, 7.5-10.2%
-less CUDA time), and each half's records are then read before the wait for its S^T and dP^T,
-under the products, which with 7 spill instructions had been 1.5-3.2% slower in session 10
-and now, without a spill in the loop, is 0-3.2% faster (benchmarks/results/2026-11-30-h200-s11).
-Tried and measured worse: at 32-query steps, the next step's S^T and dP^T issued before the
-dK payload (waited for with it: 4-14% slower) or queued behind the dK tile (318 spill
-instructions), the records' document-end select on masked steps only (5 spills); a TMA
-producer warp (branch ``next/dkdv-producer``: Triton 3.6 gives the MMA warps 256 registers,
-so one program per SM, 21-30% slower); a barrier ring per copied operand, which takes the
-step from 7 bar.sync to 3 (Triton 3.6 puts one between two accesses of one mbarrier
-allocation) for 5 waits instead of 1 (4-6% slower; H200, 2026-11-30, session 10 call 6).
+(``_pair_scaled_codes``). The halves keep the live registers of a 32-query step (64-query
+S^T and dP^T tiles spill), while each step's accumulator adds, copies and bookkeeping serve
+twice the queries. Each half's query records are read as TMA copied them, without a select
+on the document's end (only masked steps reach past it, and their visibility rule zeroes
+those queries), and before the wait for its S^T and dP^T, so the reads run under the
+products. The key words come once per 32-key block (``block_key_records``), so a thread's
+two key rows share vf and grad_scores' vf rf is one value per query column. The register A
+operands (P^T, G^T) convert from their accumulators without shuffles, because the
+transposed codes hold each 16 tokens in the MMA's token order (``layout.mma_token_order``).
 
 The step order (per head, the full steps then the masked ones), the payload
 (``bwd_math.grad_scores``, ``row_scaled_codes``) and the wgmma shapes are the Triton kernel's,

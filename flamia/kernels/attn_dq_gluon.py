@@ -7,11 +7,7 @@ thread issues TMA copies of whole tiles into NVMMA-swizzled shared memory, STAGE
 ahead, and the key words come once per 32-key block (``records.block_key_records``). The
 three products are asynchronous FP8 wgmma: each step issues its dQ tile's product and then
 the next step's S and dP, and adds the dQ tile while those run, so the tensor cores go from
-one step's products to the next without waiting for the sum (H200, 2026-11-30, eq8x8k:
-5.61 -> 5.29 ms; the Triton kernel 5.66). Tried and level or slower (0.0-1.2%; H200,
-2026-11-30, session 10 call 3): the next S issued as soon as this step's P codes are made and the next dP once W is,
-each on its operand's registers (no spills, 736 SASS instructions per step against 743), so
-that they run under the payload; the dQ tile then waits behind them.
+one step's products to the next without waiting for the sum.
 
 The step order (the full steps, then the masked ones: dQ's fp32 sum follows it), the
 payload (``bwd_math.grad_scores``, ``row_scaled_codes``) and the epilogue (``store_dq``) are

@@ -3,20 +3,15 @@ this tile's softmax.
 
 Triton's ``tl.dot`` waits for each MMA where its result is first used, so the Triton forward
 runs Q^ K^T, waits, runs the softmax, runs P^ V^, waits: the tensor cores idle through the
-softmax unless another program on the SM fills them. Gluon (``triton.experimental.gluon``,
-Triton 3.6) issues FP8 wgmma asynchronously and waits where the kernel says: here each step
-waits for its own scores, issues the next tile's Q^ K^T, and runs its softmax and P^ V^
-while that product is in flight. One thread copies each K^ and V^T tile into NVMMA-swizzled
-shared memory with TMA, STAGES - 1 tiles ahead of the scores that read them (no per-thread
-addresses), and the key exponents come once per 32-key block (``records.block_key_records``):
-with a factor per key the next tile's scores did not fit beside this tile's (196 spill
-instructions at 128-key tiles). H200, 2026-11-30, eq8x8k, CUDA time of the kernel: 4.14 ms (the
-Triton kernel) -> 3.64 ms (benchmarks/results/2026-11-30-h200-s8, call 4). The next scores are
-issued once this tile's are read (scaled by the key factors), so their product takes the
-registers this tile's scores held and the loop carries it without moving it: 834 -> 770 SASS
-instructions per unmasked tile (64 register moves fewer, Triton 3.6 offline), 3.661 -> 3.450
-ms on eq8x8k and 4-6% less on the other five workloads (benchmarks/results/2026-11-30-h200-s10,
-call 3).
+softmax unless another program on the SM fills them. Gluon (``triton.experimental.gluon``)
+issues FP8 wgmma asynchronously and waits where the kernel says: here each step waits for its
+own scores, issues the next tile's Q^ K^T, and runs its softmax and P^ V^ while that product
+is in flight. One thread copies each K^ and V^T tile into NVMMA-swizzled shared memory with
+TMA, STAGES - 1 tiles ahead of the scores that read them (no per-thread addresses), and the
+key exponents come once per 32-key block (``records.block_key_records``): with a factor per
+key, the next tile's scores do not fit in registers beside this tile's at 128-key tiles. The
+next scores are issued once this tile's are read (scaled by the key factors), so their
+product takes the registers this tile's scores held and the loop carries it without copying.
 
 The program mapping (``program_geometry``), the tile body's arithmetic (``scores_to_codes``)
 and the epilogue (``finish_rows``) are the Triton kernel's helpers (``fwd_math.py``), and the wgmma

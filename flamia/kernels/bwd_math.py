@@ -73,8 +73,8 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
         # dK/dV: col_x, the queries' 2^eQ, changes per column, so S col_x comes first.
         b_p = tl.math.exp2(tl.fma(b_s * col_x[None, :], row_x[:, None], -tl.expand_dims(m, K_AXIS)))
     # Pd comes from the fp32 value on the E4M3 grid, not from converting the fp8 codes back:
-    # on Hopper (Triton 3.6) an fp8 tensor that also feeds a wgmma as its A operand converted
-    # to fp32 as garbage.
+    # Triton 3.6 converts an fp8 tensor that also feeds a wgmma as its A operand to fp32 as
+    # garbage (NaN dK, different from run to run).
     # The V fold as one multiply by vf rf: one value per query and key block, which the
     # compiler computes once per block; the same codes as the forward's (p vf) rf (NUMERICS.md 4).
     b_pcf = e4m3_grid(b_p * (vf * tl.expand_dims(rf, K_AXIS)), INTERPRET)

@@ -72,8 +72,7 @@ def e4m3_grid(x, INTERPRET: tl.constexpr):
     scales keep |x| <= 448, where it equals ``round_e4m3``). On the GPU a round trip through
     the hardware conversions, 2.5 instructions per value against about 15 integer and fp32
     operations for ``round_e4m3``: the backward rounds every P code this way, and its
-    kernels are bound by instruction issue (ncu, H200, 2026-11-29: issue slots 50-60% busy,
-    integer ALU the busiest pipe). Returning fp32, not fp8, keeps an fp8 tensor that also feeds a wgmma
+    kernels are bound by instruction issue. Returning fp32, not fp8, keeps an fp8 tensor that also feeds a wgmma
     from being converted back (the Triton 3.6 miscompile in attn_bwd.py)."""
     if INTERPRET:
         return round_e4m3(x)
@@ -96,8 +95,8 @@ def mul_rn(x, y, INTERPRET: tl.constexpr):
     an add that uses it into one fma, which rounds once, and which product of a pair stays
     unrounded follows the register layout: before the Hadamard rotate-back both the Triton
     dK/dV epilogue and the Gluon one (attn_dkdv_gluon.py, a row per thread) had their
-    scale products contracted into the first butterfly, and their fp32 dK differed in 139k
-    of 256k values (H200, 2026-11-30). ``mul.rn`` is never contracted: every kernel rounds
+    scale products contracted into the first butterfly, and their fp32 dK differed in about
+    half the values. ``mul.rn`` is never contracted: every kernel rounds
     the product as the emulator does."""
     if INTERPRET:
         return x * y

@@ -114,6 +114,6 @@ def scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU: 
     b_p = tl.exp2(tl.fma(b_y, b_qf[:, None], -b_m_ref[:, None]))   # [BM, BN]
     b_l = b_l * b_alpha + TO_ROWS(tl.sum(_row_tree(b_p, False, 8), 1), ROWS)  # before the V fold
     # (p vf) rf as the contract writes it: p (vf rf), the backward's order, gives the same codes
-    # with one multiply per score fewer, and measured level here (NUMERICS.md 4).
+    # with one multiply per score fewer, but is no faster here (NUMERICS.md 4).
     b_pq = to_e4m3((b_p * b_vf[None, :]) * b_rf[:, None], INTERPRET)  # [BM, BN] fp8
     return b_pq, b_alpha, b_l, b_m_new

@@ -6,8 +6,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-# Triton 3.6 (the H200's) names the TMA load async_copy_global_to_shared; later versions
-# (3.9 here, for the offline SASS test) call it async_load.
+# Triton 3.6 names the TMA load async_copy_global_to_shared; later versions (the offline
+# SASS test may run one) call it async_load.
 tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 WARPS = gl.constexpr(4)  # one warpgroup, 16 rows per warp: AttnTiles checks 64-row tiles
 

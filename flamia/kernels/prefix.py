@@ -2,8 +2,8 @@
 
 PV(i), the largest V exponent over the keys 0..last(i) of query i's document (NUMERICS.md 3),
 is a prefix maximum. The torch version (the emulator's) lifts documents apart and runs a
-cummax over every key: about 20 small launches whose host time was 0.68 ms of an eager
-training call's 3.4 ms on logu11-16k (H200, 2026-11-30). Here V's exponents are constant over
+cummax over every key: about 20 small launches, whose host time an eager training call would
+pay. Here V's exponents are constant over
 each document-local block of ``block`` keys (the quantizer writes one per block), so the
 prefix over keys is a maximum over block starts: each program takes ROWS packed query rows,
 finds their documents by binary search over cu_seqlens_q, and sweeps the block starts that

@@ -136,8 +136,8 @@ def _quantize_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seq
             b_t = tl.trans(b_scaled)  # [D, UNIT]
         else:
             # Re-read x in the transposed layout (an L2 hit) instead of transposing registers:
-            # on the H200 (Triton 3.6) the register transpose of an unrotated tile stored
-            # wrong codes, while the rotated tile's (after the butterflies) stored right ones.
+            # Triton 3.6 miscompiles the register transpose of an unrotated tile (wrong codes),
+            # while the rotated tile's (after the butterflies) stores right ones.
             b_t = tl.load(p_x + tl.trans(o_x), mask=m_t[None, :], other=0.0).to(tl.float32) * pow2(-b_e)[None, :]
         _store_transposed(p_codes_t, b_t, _unit_cols(cu_seqlens, cu_seqlens_t, doc, unit, UNIT, T_ALIGN), h, T_t, D,
                           INTERPRET)

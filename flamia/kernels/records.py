@@ -1,16 +1,14 @@
 """Per-token records that the attention kernels read once per row or key instead of several
 narrow vectors. A kernel loads a per-token vector in the layout of the MMA tile that uses
 it: every thread loads each value for each row or column it holds, with its own 64-bit
-address arithmetic. Six such vectors per query step made integer instructions a quarter of
-the dK/dV kernel's (ncu, H200, 2026-11-29); one 16-byte record per query and one int32 per
-key, tokens contiguous, cut the backward from 27.6 to 20.9 ms on eq8x8k, bitwise unchanged.
-The packed words hold each exponent e as the fp32 exponent field of 2^e (e + 127, 8 bits),
-at bits 23-30 or 15-22, so a decoder makes the fp32 factor with one mask, or a shift
-and a mask, instead of a sign extension, a bias and a shift (``_field_pow2``). Kernels that
-read keys per step read one word per 32-key scale block (``block_key_records``), so the
-decoding is cheap there too. (fp32 factors instead of packed exponents: 32-byte query records
-made the dK/dV kernel 19% slower, fp32 key factors made the forward spill, 2.8% slower; dQ
-read fp32 key factors for a session, until block words served it as well.)
+address arithmetic: six such vectors per query step would make integer instructions a
+quarter of the dK/dV kernel's. Here each query has one 16-byte record and each key one int32
+word, tokens contiguous. The packed words hold each exponent e as the fp32 exponent field of
+2^e (e + 127, 8 bits), at bits 23-30 or 15-22, so a decoder makes the fp32 factor with one
+mask, or a shift and a mask, instead of a sign extension, a bias and a shift
+(``_field_pow2``). Kernels that read keys per step read one word per 32-key scale block
+(``block_key_records``), so the decoding is cheap there too. (Records of fp32 factors take
+more bytes and registers: docs/PERFORMANCE.md.)
 Builders and decoders are Triton (the builders one launch each, no host sync).
 """
 import torch
@@ -34,8 +32,8 @@ def query_records(q_exps: torch.Tensor, do_exps: torch.Tensor, pv: torch.Tensor,
     rides on ro and delta, and Q's 2^eQ on ro, because the backward's payloads need them
     nowhere else: ``(P^ rq)(dP vf - deltad)`` is ``((P^ ro)((dP 2^edO) vf - D)) 2^eQ`` bit
     for bit (exact powers of two, NUMERICS.md 4), two multiplies per pair and a per-query
-    vector fewer in the dK/dV loop. One launch: in ~12 torch ops the records took 0.33 ms of
-    host time per eager training call (H200, 2026-11-30).
+    vector fewer in the dK/dV loop. One launch instead of ~12 torch ops, for the host time of
+    an eager training call.
     q_exps, do_exps: [Tq, Hq] int8 in [EXP_MIN, EXP_MAX]; pv: [Tq, Hkv] int32 (a maximum of
     such exponents, or 0); m, ro, delta: [Hq, Tq] fp32; sigma in [0, 27], so that
     sigma - PV + 127 fits the 8-bit field (sigma = 0 with PV = 127 reads 2^-127 as 0, as the

@@ -2,27 +2,15 @@
 
 The Hadamard rotation pairs head-dim elements at distances 1 to D/2. In the Triton kernel
 (``quantize._quantize_operand_kernel``) the compiler spreads a row over threads, so most
-butterfly stages exchange values between threads (SHFL and FSEL on top of the adds): the
-rotated launches ran at 1.1-1.7 TB/s against 3.4 TB/s without the rotation (H200, Triton 3.6,
-2026-11-30). Gluon (``triton.experimental.gluon``, shipped with Triton 3.6) lets the kernel
-name its layouts: here each thread holds a whole row of D fp32 values, so every stage of the
-shared ``hadamard.rotate`` is in-register arithmetic (offline SASS, Triton 3.6: 7 FADD per
-element, the minimum, no exchange; 1984 instructions per thread for 128 elements against
-about 35 per element before; 167 registers, no spills), and the transposed codes leave
-through one shared-memory transpose into 16-byte column stores. Kernel-only on the H200
-(2026-11-30, bf16 [T, 16, 128], codes bitwise equal to the Triton kernel's): eq8x8k 0.316 ->
-0.235 ms (2.29 TB/s), skew8k+224x256 0.330 -> 0.301, logu11-16k 0.088 -> 0.079, logu29-64k
-0.330 -> 0.303 ms (1.78 TB/s); still below V's 3.4 TB/s. A row per thread also made every
-16-byte load and store of a warp touch 32 rows (ncu: cache-bound), so the rows now arrive
-and leave in coalesced layouts and change layout through shared memory (the codes as int8).
-CUDA time of the Q and K launches together (H200, 2026-11-30, session 9 call 4, interleaved
-medians of 5 rounds, codes bitwise unchanged): eq8x8k 0.465 -> 0.368 ms (2.92 TB/s),
-skew8k+224x256 0.596 -> 0.400, logu29-64k 0.604 -> 0.393, eq4x4k 0.124 -> 0.094; with V's
-launch the three quantizers move 3.08 TB/s on eq8x8k. Coalescing the loads alone: 0.396.
-Session 11 moves the transposed codes first and in four pieces (``_store_columns``): 254 ->
-168 registers, 8 -> 12 warps per SM; per launch on eq8x8k 0.1867 -> 0.1659 ms, on
-logu29-64k (with 32-token document starts, layout.py) 0.1852 -> 0.1651 (H200, 2026-11-30,
-benchmarks/results/2026-11-30-h200-s11/call3, codes bitwise unchanged).
+butterfly stages exchange values between threads (SHFL and FSEL on top of the adds), and
+the rotation, not memory, bounds the launch. Gluon (``triton.experimental.gluon``) lets the
+kernel name its layouts: here each thread holds a whole row of D fp32 values, so every
+stage of the shared ``hadamard.rotate`` is in-register arithmetic (7 FADD per element, the
+minimum, no exchange). A row per thread would make each 16-byte load and store of a warp
+touch 32 rows, so the rows arrive and leave in coalesced layouts (16 bytes per thread along
+a row) and change layout through shared memory. The transposed codes leave first and in
+pieces of head-dim rows (``_store_columns``), so the whole tile's moved values are never
+live at once and more warps fit on an SM.
 
 The arithmetic is the Triton kernel's, through the same helpers (``rotate``,
 ``block_exponents``, ``to_e4m3``; layout.py's ``unit_columns``, ``zero_padding``), so the codes
@@ -54,8 +42,7 @@ def _store_columns(p_t, b_x, d0, o_c, m_c, h, T_t, D: gl.constexpr, PIECE: gl.co
     rows d0..d0+C of head h of the transposed codes [H, D, T_t], at columns o_c where m_c
     ([UNIT] each, in layout SliceLayout(0, COLS)), PIECE rows at a time: each piece goes
     through shared memory alone, so the moved values of the whole tile are never live at
-    once (offline, Triton 3.6: 168 registers instead of 254 for the whole tile, 12 warps per
-    SM instead of 8)."""
+    once (fewer registers per thread, so more warps per SM)."""
     UNIT: gl.constexpr = b_x.shape[0]
     C: gl.constexpr = b_x.shape[1]
     if C > PIECE:
@@ -64,8 +51,8 @@ def _store_columns(p_t, b_x, d0, o_c, m_c, h, T_t, D: gl.constexpr, PIECE: gl.co
         _store_columns(p_t, b_hi, d0 + C // 2, o_c, m_c, h, T_t, D, PIECE, COLS)
     else:
         o_d = d0 + gl.arange(0, C, layout=gl.SliceLayout(1, COLS)).to(gl.int64)  # [C] head-dim rows
-        # fp32 values move and round after: moved as fp8 (session 9) or int8 (session 11), the
-        # transposed codes came back wrong (H200, Triton 3.6).
+        # fp32 values move and round after: moved as fp8 or int8, the transposed codes come
+        # back wrong (Triton 3.6's layout conversion through shared memory).
         b_t = to_e4m3(gl.convert_layout(mma_token_order(gl.permute(b_x, [1, 0])), COLS), False)  # [C, UNIT]
         gl.store(p_t + column_offsets(o_d, o_c, h, T_t, D), b_t, mask=m_c[None, :])
 
@@ -80,8 +67,8 @@ def rotated_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqle
     rows (``_store_columns``)."""
     # [UNIT, D]: a token row per thread, for the butterflies. LOAD and STORE: 16 bytes per
     # thread, consecutive threads along a row, so each warp reads and writes whole rows at once
-    # (a row per thread left each 16-byte access in a different row: cache-bound, session 7's
-    # ncu); the layout changes go through shared memory. [D, UNIT]: 16 consecutive tokens of
+    # (a row per thread leaves each 16-byte access in a different row: cache-bound); the
+    # layout changes go through shared memory. [D, UNIT]: 16 consecutive tokens of
     # one head-dim element per thread, so each thread stores 16 bytes of the transposed codes.
     ROWS: gl.constexpr = gl.BlockedLayout([1, D], [32, 1], [gl.num_warps(), 1], [1, 0])
     LOAD: gl.constexpr = gl.BlockedLayout([1, 8], [256 // D, D // 8], [gl.num_warps(), 1], [1, 0])

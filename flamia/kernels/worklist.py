@@ -3,16 +3,15 @@ longest document, document).
 
 A grid of cdiv(max_seqlen, B) x documents programs is mostly empty on skewed batches: on
 skew8k+224x256 (one 8192-token document and 224 of 256) 1 program in 29 of the Q/K/V
-quantizer had tokens, and its launch took twice eq8x8k's for the same 65,536 tokens
-(torch.profiler, H200, 2026-11-29). ``tile_list`` builds, on the device and without a host
+quantizer would hold tokens. ``tile_list`` builds, on the device and without a host
 sync, the list of (document, tile) pairs that a launch of W programs reads; W, an upper
 bound known on the host, is cdiv(T, B) + documents (a document of L tokens has
 cdiv(L, B) <= L / B + 1 tiles). Entries past the real pairs hold document -1: their
 programs return.
 
-The list is one launch of ``_tile_list_kernel``: a first version in ~12 torch ops (argsort,
-cumsum, searchsorted, gathers) cost 0.1-0.3 ms of GPU time per training call on the H200,
-as much as the grids saved on logu11-16k.
+The list is one launch of ``_tile_list_kernel``: built from torch ops (argsort, cumsum,
+searchsorted, gathers) it would cost about as much GPU time as the grids save on small
+batches.
 """
 import torch
 import triton
