@@ -22,6 +22,7 @@ import torch
 import triton
 from triton.testing import do_bench
 
+import flamia
 from flamia.bench.flops import tflops_per_s
 from flamia.bench.peers_torch import fa2_job
 from flamia.bench.workloads import GROUPS, WORKLOADS, make_case
@@ -29,11 +30,17 @@ from flamia.bench.jobs import autograd_job
 from flamia.kernels.attn_bwd import attention_backward
 from flamia.kernels.attn_fwd import attention_forward
 from flamia.kernels.configs import tiles_for
-from flamia.kernels.ops import triton_attention
 from flamia.kernels.quantize import quantize_grad_output, quantize_operand
-from flamia.reference.emulated import emulated_attention
 from flamia.reference.exact import exact_attention
 from flamia.scaling import prefix_v_exponent
+
+
+def triton_attention(*args, **kwargs):
+    return flamia.flash_attn_varlen_func(*args, backend="triton", **kwargs)
+
+
+def emulated_attention(*args, **kwargs):
+    return flamia.flash_attn_varlen_func(*args, backend="reference", **kwargs)
 
 
 def cos(a, b):

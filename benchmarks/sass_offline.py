@@ -40,7 +40,9 @@ def capture(workload: str) -> list[dict]:
 
     from flamia.bench.workloads import WORKLOADS, make_case
     from flamia.kernels import attn_bwd, attn_fwd, quantize
-    from flamia.kernels.ops import triton_attention
+    from flamia import ops
+    from flamia.recipes import resolve_recipe
+    from flamia.spec import AttnSpec
 
     launches = []
 
@@ -71,7 +73,9 @@ def capture(workload: str) -> list[dict]:
     quantize.interpreting = attn_fwd.interpreting = attn_bwd.interpreting = lambda: False
     i = make_case(WORKLOADS[workload], "cpu").inputs
     q, k, v = (x.detach().clone().requires_grad_() for x in (i.q, i.k, i.v))
-    out = triton_attention(q, k, v, i.cu_seqlens, i.cu_seqlens, i.max_seqlen, i.max_seqlen, causal=True)
+    spec = AttnSpec(i.cu_seqlens, i.cu_seqlens, i.max_seqlen, i.max_seqlen, True, q.shape[-1] ** -0.5, (-1, -1),
+                    resolve_recipe("mxfp8"))
+    out, _ = ops.attention(q, k, v, spec, "triton")  # CPU tensors: the launches are recorded, not run
     torch.autograd.grad(out, (q, k, v), i.do)
     return launches
 

@@ -1,24 +1,17 @@
-"""The public attention functions: validate -> resolve the recipe and backend -> dispatch.
+"""The public attention functions: validate -> resolve the recipe, scale and backend once ->
+one ``AttnSpec`` -> the custom ops of ``flamia/ops.py``.
 
-Backends: "triton" (``flamia.kernels.ops``, CUDA, the plain mxfp8 recipe) and "reference"
-(``flamia.reference.emulated``, the tile-faithful emulator of every recipe, CPU or GPU). Both
-take the same positional arguments and carry their own autograd.
+Backends: "triton" (``flamia.kernels``, CUDA, the plain mxfp8 recipe) and "reference"
+(``flamia.reference.emulated``, the tile-faithful emulator of every recipe, CPU or GPU).
 """
 import math
 
 import torch
 
+from . import ops
 from .recipes import Recipe, resolve_recipe
+from .spec import AttnSpec
 from .validation import check_batched, check_head_dim, check_qkv, check_varlen, resolve_backend
-
-
-def _backend_function(backend: str):
-    # Imported on first use: the kernels need a GPU build of Triton, which CPU users lack.
-    if backend == "triton":
-        from .kernels.ops import triton_attention
-        return triton_attention
-    from .reference.emulated import emulated_attention
-    return emulated_attention
 
 
 def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -37,7 +30,8 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     in FlashAttention; softmax_scale defaults to 1/sqrt(D). recipe: a name of
     ``flamia.RECIPES`` or a ``flamia.Recipe``. backend: None picks "triton" for the plain
     mxfp8 recipe on CUDA and "reference" otherwise. validate_values: read cu_seqlens to check
-    their values; None = only when they are on the CPU (on CUDA the read would synchronise).
+    their values; None = only when they are on the CPU (on CUDA the read would synchronise)
+    and the call is not being compiled (a value read would break the graph).
     Returns out [Tq, Hq, D] in q's dtype, and lse [Hq, Tq] fp32 (natural log, +inf for rows
     that see no key) when return_lse.
     """
@@ -48,9 +42,10 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     head_dim = q.shape[-1]
     check_head_dim(head_dim, backend, recipe)
     scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
-    attention = _backend_function(backend)
-    return attention(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
-                     causal, scale, tuple(window_size), recipe, return_lse)
+    spec = AttnSpec(cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), causal, scale,
+                    tuple(int(w) for w in window_size), recipe)
+    out, lse = ops.attention(q, k, v, spec, backend)
+    return (out, lse) if return_lse else out
 
 
 def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,

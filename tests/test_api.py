@@ -1,8 +1,6 @@
 """The public API: every bad input is refused naming its argument; defaults resolve as
 documented; the batched entry point is the varlen one on equal-length documents."""
 import math
-import sys
-import types
 
 import pytest
 import torch
@@ -129,19 +127,19 @@ BATCHED_CASES = {
 
 @pytest.fixture
 def spy_reference(monkeypatch):
-    """Stands in for flamia.reference.emulated: records every call and answers with the exact
-    reference in the emulator's output dtypes (out in q's dtype, lse fp32)."""
+    """Stands in for the custom ops (flamia.ops.attention): records every call's resolved
+    description and answers with the exact reference in the emulator's output dtypes (out in
+    q's dtype, lse fp32)."""
     calls = []
 
-    def emulated_attention(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window, recipe, return_lse):
-        calls.append(dict(max_seqlen=(max_q, max_k), causal=causal, scale=scale, window=window,
-                          recipe=recipe, return_lse=return_lse))
-        out, lse = exact_attention(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window)
-        return (out.to(q.dtype), lse.float()) if return_lse else out.to(q.dtype)
+    def attention(q, k, v, spec, backend):
+        calls.append(dict(max_seqlen=(spec.max_seqlen_q, spec.max_seqlen_k), causal=spec.causal,
+                          scale=spec.softmax_scale, window=spec.window_size, recipe=spec.recipe, backend=backend))
+        out, lse = exact_attention(q, k, v, spec.cu_seqlens_q, spec.cu_seqlens_k, spec.max_seqlen_q,
+                                   spec.max_seqlen_k, spec.causal, spec.softmax_scale, spec.window_size)
+        return out.to(q.dtype), lse.float()
 
-    module = types.ModuleType("flamia.reference.emulated")
-    module.emulated_attention = emulated_attention
-    monkeypatch.setitem(sys.modules, "flamia.reference.emulated", module)
+    monkeypatch.setattr(flamia.ops, "attention", attention)
     return calls
 
 
@@ -170,8 +168,8 @@ def test_good_inputs_reach_the_reference_with_defaults_resolved(spy_reference):
     out = flash_attn_varlen_func(**args, window_size=[3, -1])
     (call,) = spy_reference
     assert call["scale"] == 1 / math.sqrt(D) and call["recipe"] is RECIPES["mxfp8"]
-    assert call["window"] == (3, -1) and call["causal"] is False and call["return_lse"] is False
-    assert out.shape == args["q"].shape and out.dtype == torch.bfloat16
+    assert call["window"] == (3, -1) and call["causal"] is False and call["backend"] == "reference"
+    assert torch.is_tensor(out) and out.shape == args["q"].shape and out.dtype == torch.bfloat16
 
 
 def test_value_checks_follow_validate_values(spy_reference):
@@ -241,19 +239,33 @@ def test_public_surface():
         assert hasattr(flamia, name), name
 
 
-def test_torch_compile_runs_the_training_call():
-    """torch.compile of a function calling flamia (the emulator here; the Triton backend is
-    an autograd.Function of launches too) gives eager's output and gradients."""
+@pytest.mark.parametrize("recipe", ["mxfp8", "bf16"])
+def test_torch_compile_fullgraph_gives_eager_bits(recipe):
+    """torch.compile(fullgraph=True) of a function calling flamia (the emulator: on the CPU the
+    custom ops run the reference backend) traces without a graph break and gives eager's
+    output and gradients bit for bit."""
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(40, 2, 64, generator=g).requires_grad_() for _ in range(3))
     cu = torch.tensor([0, 17, 40], dtype=torch.int32)
 
     def step(q, k, v):
-        return flamia.flash_attn_varlen_func(q, k, v, cu, cu, 23, 23, causal=True, backend="reference")
+        return flamia.flash_attn_varlen_func(q, k, v, cu, cu, 23, 23, causal=True, recipe=recipe)
 
+    torch._dynamo.reset()
     results = []
-    for fn in (step, torch.compile(step)):
+    for fn in (step, torch.compile(step, fullgraph=True)):
         out = fn(q, k, v)
-        results.append((out.detach(), *torch.autograd.grad(out.float().sum(), (q, k, v))))
+        results.append((out.detach(), *torch.autograd.grad(out.float().square().sum(), (q, k, v))))
     for eager, compiled in zip(*results):
-        assert torch.allclose(eager.float(), compiled.float(), rtol=0, atol=1e-6)
+        assert torch.equal(eager, compiled)
+
+
+def test_autocast_leaves_the_emulator_numerics_alone():
+    """Under autocast the custom op runs the recipe's numerics, not autocast's bf16 matmuls."""
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(40, 2, 64, generator=g) for _ in range(3))
+    cu = torch.tensor([0, 17, 40], dtype=torch.int32)
+    plain = flamia.flash_attn_varlen_func(q, k, v, cu, cu, 23, 23, causal=True, recipe="bf16")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        cast = flamia.flash_attn_varlen_func(q, k, v, cu, cu, 23, 23, causal=True, recipe="bf16")
+    assert torch.equal(plain, cast)

@@ -1,76 +1,106 @@
-"""The MXFP8 training call on the GPU: quantize -> forward -> (autograd) -> backward.
+"""The MXFP8 training call on the GPU as two functions, forward and backward, for the custom
+ops of ``flamia/ops.py``: quantize -> forward, then quantize dO -> backward.
 
 Glue only: every launch lives in quantize.py, attn_fwd.py and attn_bwd.py. Nothing here reads
 a device value on the host, so a whole training step captures in a CUDA graph.
 """
+from typing import NamedTuple
+
 import torch
 
-from ..recipes import resolve_recipe
 from ..spec import AttnSpec
 from .attn_bwd import attention_backward
 from .attn_fwd import attention_forward
 from .configs import tiles_for
-from .layout import aligned_starts
+from .layout import aligned_starts, transposed_extent
 from .prefix import prefix_v_exponent
-from .records import key_records
 from .quantize import quantize_grad_output, quantize_operand
+from .records import key_records
 
 
-class _TritonAttention(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, spec: AttnSpec):
-        # The quantizer reads whole rows: views such as a split of a fused QKV projection
-        # (stride(-1) == 1, as the API requires) are copied once here.
-        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        recipe, d = spec.recipe, q.shape[-1]
-        tiles, rotate, block = tiles_for(d), recipe.use_hadamard(d), recipe.scale_block
-        # Q^T and K^T are written now, in the launch that reads Q and K anyway: the backward's
-        # dK = G^T Q^ and dQ = G K^ need them as K-major FP8 operands. Transposed codes start
-        # every document at a multiple of 32 columns (layout.py): those starts and the
-        # quantizers' tile list, built once per side (Q's serve K and V when both sides share
-        # cu_seqlens), travel with the operands to the kernels.
-        shared = spec.cu_seqlens_k is spec.cu_seqlens_q
-        cu_qt = aligned_starts(spec.cu_seqlens_q)
-        cu_kt = cu_qt if shared else aligned_starts(spec.cu_seqlens_k)
-        qq = quantize_operand(q, spec.cu_seqlens_q, block, rotate, True, cu_qt)
-        kq = quantize_operand(k, spec.cu_seqlens_k, block, rotate, True, cu_kt, work=qq.work if shared else None)
-        vq = quantize_operand(v, spec.cu_seqlens_k, block, False, True, cu_kt, work=kq.work)
-        key_rec = key_records(kq.exps, vq.exps)  # read by the forward and the backward's dQ
-        pv = prefix_v_exponent(vq.exps, spec.cu_seqlens_q, spec.cu_seqlens_k, q.shape[0], spec.causal,
-                               spec.window_size, block)
-        out, lse, m, ro = attention_forward(
-            qq.codes, qq.exps, kq.codes, kq.exps, vq.codes_t, vq.exps, pv, spec.cu_seqlens_q, spec.cu_seqlens_k,
-            vq.cu_seqlens_t, causal=spec.causal, window_size=spec.window_size,
-            softmax_scale=spec.softmax_scale, tau=recipe.tau, sigma=recipe.sigma, scale_block=block, tiles=tiles,
-            key_rec=key_rec)
-        ctx.spec, ctx.operands, ctx.rotate, ctx.key_rec = spec, (qq, kq, vq), rotate, key_rec
-        ctx.save_for_backward(out, m, ro, pv)
-        ctx.mark_non_differentiable(lse)
-        return out.to(q.dtype), lse
+class Residuals(NamedTuple):
+    """What the backward reads of the forward: the E4M3 codes (row-major [T, H, D] and
+    transposed [H, D, T_t], float8_e4m3fn) and int8 exponents [T, H] of Q and K, V's codes
+    and exponents, the transposed codes' document starts cu_qt, cu_kt (int32 [num_docs + 1]),
+    the key records [Hkv, Tk] int32, the row statistics m, ro [Hq, Tq] fp32 and PV [Tq, Hkv]
+    int32."""
 
-    @staticmethod
-    def backward(ctx, dout, _dlse):
-        spec, (qq, kq, vq) = ctx.spec, ctx.operands
-        out, m, ro, pv = ctx.saved_tensors
-        tiles = tiles_for(out.shape[-1])
-        go = quantize_grad_output(dout.contiguous(), out, ro, spec.cu_seqlens_q, spec.recipe.scale_block,
-                                  tiles.bwd_block_m, qq.cu_seqlens_t)
-        dq, dk, dv = attention_backward(
-            qq.codes, qq.codes_t, qq.exps, kq.codes, kq.codes_t, kq.exps, vq.codes, vq.exps,
-            go.do_codes, go.do_exps, go.dot_codes_t, go.dot_exps, go.delta, m, ro, pv,
-            spec.cu_seqlens_q, spec.cu_seqlens_k, qq.cu_seqlens_t, kq.cu_seqlens_t,
-            causal=spec.causal, window_size=spec.window_size, softmax_scale=spec.softmax_scale,
-            sigma=spec.recipe.sigma, scale_block=spec.recipe.scale_block, tiles=tiles, rotate=ctx.rotate,
-            out_dtype=dout.dtype, key_rec=ctx.key_rec)
-        return dq, dk, dv, None
+    q_codes: torch.Tensor
+    q_codes_t: torch.Tensor
+    q_exps: torch.Tensor
+    k_codes: torch.Tensor
+    k_codes_t: torch.Tensor
+    k_exps: torch.Tensor
+    v_codes: torch.Tensor
+    v_exps: torch.Tensor
+    cu_qt: torch.Tensor
+    cu_kt: torch.Tensor
+    key_rec: torch.Tensor
+    m: torch.Tensor
+    ro: torch.Tensor
+    pv: torch.Tensor
 
 
-def triton_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
-                     softmax_scale=None, window_size=(-1, -1), recipe="mxfp8", return_lse=False):
-    """MXFP8 attention on packed documents with the Triton kernels; same contract as
-    ``flamia.reference.emulated.emulated_attention`` (out in q's dtype; lse [Hq, Tq] fp32)."""
-    spec = AttnSpec(cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), bool(causal),
-                    float(softmax_scale if softmax_scale is not None else q.shape[-1] ** -0.5),
-                    tuple(window_size), resolve_recipe(recipe))
-    out, lse = _TritonAttention.apply(q, k, v, spec)
-    return (out, lse) if return_lse else out
+def empty_residuals(q: torch.Tensor, k: torch.Tensor, spec: AttnSpec) -> Residuals:
+    """Residuals of the right shapes and dtypes, uninitialised: the custom op's fake."""
+    (tq, hq, d), (tk, hkv) = q.shape, k.shape[:2]
+    num_docs = spec.cu_seqlens_q.shape[0] - 1
+    tq_t, tk_t = transposed_extent(tq, num_docs), transposed_extent(tk, num_docs)
+    fp8, i8, i32, f32 = torch.float8_e4m3fn, torch.int8, torch.int32, torch.float32
+
+    def new(shape, dtype):
+        return q.new_empty(shape, dtype=dtype)
+
+    return Residuals(new((tq, hq, d), fp8), new((hq, d, tq_t), fp8), new((tq, hq), i8),
+                     new((tk, hkv, d), fp8), new((hkv, d, tk_t), fp8), new((tk, hkv), i8),
+                     new((tk, hkv, d), fp8), new((tk, hkv), i8),
+                     new((num_docs + 1,), i32), new((num_docs + 1,), i32), new((hkv, tk), i32),
+                     new((hq, tq), f32), new((hq, tq), f32), new((tq, hkv), i32))
+
+
+def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+            spec: AttnSpec) -> tuple[torch.Tensor, torch.Tensor, Residuals]:
+    """out [Tq, Hq, D] in q's dtype, lse [Hq, Tq] fp32 and the backward's ``Residuals``."""
+    # The quantizer reads whole rows: views such as a split of a fused QKV projection
+    # (stride(-1) == 1, as the API requires) are copied once here.
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    recipe, d = spec.recipe, q.shape[-1]
+    tiles, rotate, block = tiles_for(d), recipe.use_hadamard(d), recipe.scale_block
+    # Q^T and K^T are written now, in the launch that reads Q and K anyway: the backward's
+    # dK = G^T Q^ and dQ = G K^ need them as K-major FP8 operands. The transposed codes'
+    # document starts and the quantizers' tile list are built once per side (Q's serve K and
+    # V when both sides share cu_seqlens).
+    shared = spec.cu_seqlens_k is spec.cu_seqlens_q
+    cu_qt = aligned_starts(spec.cu_seqlens_q)
+    cu_kt = cu_qt if shared else aligned_starts(spec.cu_seqlens_k)
+    qq = quantize_operand(q, spec.cu_seqlens_q, block, rotate, True, cu_qt)
+    kq = quantize_operand(k, spec.cu_seqlens_k, block, rotate, True, cu_kt, work=qq.work if shared else None)
+    vq = quantize_operand(v, spec.cu_seqlens_k, block, False, True, cu_kt, work=kq.work)
+    key_rec = key_records(kq.exps, vq.exps)  # read by the forward and the backward's dQ
+    pv = prefix_v_exponent(vq.exps, spec.cu_seqlens_q, spec.cu_seqlens_k, q.shape[0], spec.causal,
+                           spec.window_size, block)
+    out, lse, m, ro = attention_forward(
+        qq.codes, qq.exps, kq.codes, kq.exps, vq.codes_t, vq.exps, pv, spec.cu_seqlens_q, spec.cu_seqlens_k,
+        vq.cu_seqlens_t, causal=spec.causal, window_size=spec.window_size,
+        softmax_scale=spec.softmax_scale, tau=recipe.tau, sigma=recipe.sigma, scale_block=block, tiles=tiles,
+        key_rec=key_rec)
+    # Outputs of a custom op may not alias each other: one document-starts tensor per side.
+    res = Residuals(qq.codes, qq.codes_t, qq.exps, kq.codes, kq.codes_t, kq.exps, vq.codes, vq.exps,
+                    cu_qt, cu_kt.clone() if shared else cu_kt, key_rec, m, ro, pv)
+    return out.to(q.dtype), lse, res
+
+
+def backward(dout: torch.Tensor, out: torch.Tensor, res: Residuals,
+             spec: AttnSpec) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dq [Tq, Hq, D], dk, dv [Tk, Hkv, D] in dout's dtype from dO and the forward's out
+    (any float dtype: its values are the kernel's bf16 output) and residuals."""
+    tiles = tiles_for(out.shape[-1])
+    go = quantize_grad_output(dout.contiguous(), out.contiguous(), res.ro, spec.cu_seqlens_q,
+                              spec.recipe.scale_block, tiles.bwd_block_m, res.cu_qt)
+    return attention_backward(
+        res.q_codes, res.q_codes_t, res.q_exps, res.k_codes, res.k_codes_t, res.k_exps, res.v_codes, res.v_exps,
+        go.do_codes, go.do_exps, go.dot_codes_t, go.dot_exps, go.delta, res.m, res.ro, res.pv,
+        spec.cu_seqlens_q, spec.cu_seqlens_k, res.cu_qt, res.cu_kt,
+        causal=spec.causal, window_size=spec.window_size, softmax_scale=spec.softmax_scale,
+        sigma=spec.recipe.sigma, scale_block=spec.recipe.scale_block, tiles=tiles,
+        rotate=spec.recipe.use_hadamard(out.shape[-1]), out_dtype=dout.dtype, key_rec=res.key_rec)

@@ -1,0 +1,126 @@
+"""The attention call as two ``torch.library`` custom ops, ``flamia::attention_forward`` and
+``flamia::attention_backward``, joined by ``register_autograd``.
+
+torch.compile sees one opaque op per direction: Dynamo does not trace Triton's launcher, and
+Inductor cannot wrap the Gluon kernels. Each op takes the call's description flattened into
+the types an op schema allows (the recipe as a key, ``recipe_key``) and rebuilds the
+``AttnSpec`` that the backends take. Fake implementations give shapes and dtypes only.
+
+Backends: "triton" (``kernels/ops.py``: the backward reads the forward's quantized operands)
+and "reference" (the emulator, ``reference/emulated.py``: its backward recomputes the
+forward, bit for bit, instead of holding the emulator's state between the ops). Autocast is
+off inside both: a recipe fixes its numerics.
+"""
+import dataclasses
+import functools
+import json
+
+import torch
+from torch import Tensor
+
+from .recipes import Recipe
+from .spec import AttnSpec
+
+
+@torch.compiler.assume_constant_result  # a recipe is frozen: Dynamo runs this once, untraced
+def recipe_key(recipe: Recipe) -> str:
+    """The recipe as an op argument: its fields as JSON (``recipe_from_key`` inverts it)."""
+    return json.dumps(dataclasses.asdict(recipe), sort_keys=True)
+
+
+@functools.lru_cache(maxsize=None)
+def recipe_from_key(key: str) -> Recipe:
+    return Recipe(**json.loads(key))
+
+
+def _spec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size,
+          recipe) -> AttnSpec:
+    return AttnSpec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
+                    tuple(window_size), recipe_from_key(recipe))
+
+
+def _emulate_forward(q, k, v, spec: AttnSpec):
+    from .reference.emulated import emulate_forward
+    return emulate_forward(q, k, v, spec.cu_seqlens_q, spec.cu_seqlens_k, spec.max_seqlen_q, spec.max_seqlen_k,
+                           causal=spec.causal, softmax_scale=spec.softmax_scale, window_size=spec.window_size,
+                           recipe=spec.recipe)
+
+
+@torch.library.custom_op("flamia::attention_forward", mutates_args=())
+def attention_forward(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
+                      max_seqlen_q: int, max_seqlen_k: int, causal: bool, softmax_scale: float,
+                      window_size: list[int], recipe: str, backend: str) -> tuple[Tensor, Tensor, list[Tensor]]:
+    """(out [Tq, Hq, D] in q's dtype, lse [Hq, Tq] fp32, what the backward reads: the triton
+    backend's ``Residuals``, or q, k, v for the reference backend)."""
+    spec = _spec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size, recipe)
+    with torch.autocast(q.device.type, enabled=False):
+        if backend == "triton":
+            from .kernels import ops
+            out, lse, res = ops.forward(q, k, v, spec)
+            return out, lse, list(res)
+        fwd = _emulate_forward(q, k, v, spec)
+        return fwd.out, fwd.lse, [q.clone(), k.clone(), v.clone()]
+
+
+@attention_forward.register_fake
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size, recipe,
+      backend):
+    lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+    if backend == "triton":
+        from .kernels.ops import empty_residuals
+        spec = _spec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size,
+                     recipe)
+        return torch.empty_like(q), lse, list(empty_residuals(q, k, spec))
+    return torch.empty_like(q), lse, [torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)]
+
+
+@torch.library.custom_op("flamia::attention_backward", mutates_args=())
+def attention_backward(dout: Tensor, out: Tensor, saved: list[Tensor], cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
+                       max_seqlen_q: int, max_seqlen_k: int, causal: bool, softmax_scale: float,
+                       window_size: list[int], recipe: str, backend: str) -> tuple[Tensor, Tensor, Tensor]:
+    """dq [Tq, Hq, D], dk, dv [Tk, Hkv, D] in dout's dtype; saved: the forward's third output."""
+    spec = _spec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size, recipe)
+    with torch.autocast(dout.device.type, enabled=False):
+        if backend == "triton":
+            from .kernels import ops
+            return ops.backward(dout, out, ops.Residuals(*saved), spec)
+        from .reference.emulated import emulate_backward
+        q, k, v = saved
+        dq, dk, dv = emulate_backward(_emulate_forward(q, k, v, spec), dout.contiguous())
+        return dq.to(dout.dtype), dk.to(dout.dtype), dv.to(dout.dtype)
+
+
+@attention_backward.register_fake
+def _(dout, out, saved, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size,
+      recipe, backend):
+    k = saved[3] if backend == "triton" else saved[1]  # K's codes or K: [Tk, Hkv, D]
+    return (torch.empty_like(dout), dout.new_empty(k.shape), dout.new_empty(k.shape))
+
+
+_CALL_ARGS = ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "causal", "softmax_scale",
+              "window_size", "recipe", "backend")
+
+
+def _setup_context(ctx, inputs, output):
+    out, lse, saved = output
+    ctx.call = inputs[3:]
+    ctx.save_for_backward(out, *saved)
+    ctx.mark_non_differentiable(lse, *saved)
+
+
+def _backward(ctx, dout, _dlse, _dsaved):
+    out, *saved = ctx.saved_tensors
+    dq, dk, dv = attention_backward(dout, out, saved, *ctx.call)
+    return (dq, dk, dv) + (None,) * len(_CALL_ARGS)
+
+
+attention_forward.register_autograd(_backward, setup_context=_setup_context)
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, backend: str) -> tuple[Tensor, Tensor]:
+    """out [Tq, Hq, D] in q's dtype and lse [Hq, Tq] fp32 (not differentiable) through the
+    custom ops; spec is resolved (``AttnSpec``), backend "triton" or "reference"."""
+    out, lse, _ = attention_forward(q, k, v, spec.cu_seqlens_q, spec.cu_seqlens_k, spec.max_seqlen_q,
+                                    spec.max_seqlen_k, spec.causal, spec.softmax_scale, list(spec.window_size),
+                                    recipe_key(spec.recipe), backend)
+    return out, lse
