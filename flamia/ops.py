@@ -3,7 +3,7 @@
 
 torch.compile sees one opaque op per direction: Dynamo does not trace Triton's launcher, and
 Inductor cannot wrap the Gluon kernels. Each op takes the call's description flattened into
-the types an op schema allows (the recipe as a key, ``recipe_key``) and rebuilds the
+the types an op schema allows (the recipe as its ``Recipe.key``) and rebuilds the
 ``AttnSpec`` that the backends take. Fake implementations give shapes and dtypes only.
 
 Backends: "triton" (``kernels/ops.py``: the backward reads the forward's quantized operands)
@@ -11,9 +11,7 @@ and "reference" (the emulator, ``reference/emulated.py``: its backward recompute
 forward, bit for bit, instead of holding the emulator's state between the ops). Autocast is
 off inside both: a recipe fixes its numerics.
 """
-import dataclasses
 import functools
-import json
 
 import torch
 from torch import Tensor
@@ -22,21 +20,15 @@ from .recipes import Recipe
 from .spec import AttnSpec
 
 
-@torch.compiler.assume_constant_result  # a recipe is frozen: Dynamo runs this once, untraced
-def recipe_key(recipe: Recipe) -> str:
-    """The recipe as an op argument: its fields as JSON (``recipe_from_key`` inverts it)."""
-    return json.dumps(dataclasses.asdict(recipe), sort_keys=True)
-
-
 @functools.lru_cache(maxsize=None)
-def recipe_from_key(key: str) -> Recipe:
-    return Recipe(**json.loads(key))
+def _recipe(key: str) -> Recipe:
+    return Recipe.from_key(key)
 
 
 def _spec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size,
           recipe) -> AttnSpec:
     return AttnSpec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
-                    tuple(window_size), recipe_from_key(recipe))
+                    tuple(window_size), _recipe(recipe))
 
 
 def _emulate_forward(q, k, v, spec: AttnSpec):
@@ -122,5 +114,5 @@ def attention(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, backend: str) -> 
     custom ops; spec is resolved (``AttnSpec``), backend "triton" or "reference"."""
     out, lse, _ = attention_forward(q, k, v, spec.cu_seqlens_q, spec.cu_seqlens_k, spec.max_seqlen_q,
                                     spec.max_seqlen_k, spec.causal, spec.softmax_scale, list(spec.window_size),
-                                    recipe_key(spec.recipe), backend)
+                                    spec.recipe.key, backend)
     return out, lse

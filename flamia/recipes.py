@@ -3,7 +3,8 @@
 ``Recipe`` holds every numerical choice of NUMERICS.md that a user or an ablation may flip.
 The presets in ``RECIPES`` are what ``recipe="mxfp8"`` etc. resolve to.
 """
-from dataclasses import dataclass, replace
+import ast
+from dataclasses import dataclass, fields, replace
 
 from .formats.e4m3 import LOG2_E4M3_MAX
 from .formats.hadamard import HADAMARD_DIMS
@@ -69,6 +70,14 @@ class Recipe:
             raise ValueError(f"recipe: fwd_diag_block_m must be a positive multiple of 32, got {self.fwd_diag_block_m}")
         if self.p4_sum_quantized and not self.has_p4:
             raise ValueError(f"recipe: p4_sum_quantized needs a 4-bit P route {P4_RECIPE_NAMES}, got {self.name!r}")
+        # Not a field (equality and hashing ignore it): the recipe as a custom op's argument.
+        object.__setattr__(self, "key", "|".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)))
+
+    @staticmethod
+    def from_key(key: str) -> "Recipe":
+        """The recipe whose ``key`` is ``key``."""
+        return Recipe(**{name: ast.literal_eval(value) for name, value in (item.split("=", 1)
+                                                                            for item in key.split("|"))})
 
     @property
     def has_p4(self) -> bool:
