@@ -6,11 +6,13 @@ rise; ``bwd_block_m`` is the query step of the dK/dV loop, the extent of the tra
 exponent and of the per-key scale of the dK payload G; ``dq_block_n`` is the key step of the
 dQ loop, the extent of the per-row scale of the dQ payload.
 """
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+
+from ..tiling import NumericsTiles, numerics_tiles
 
 
 @dataclass(frozen=True)
-class AttnTiles:
+class AttnTiles(NumericsTiles):
     """Tiles of one head dim.
 
     Measured on: one NVIDIA H200 (torch 2.11, Triton 3.6), 2026-11-29, eq8x8k causal, d=128,
@@ -47,12 +49,7 @@ class AttnTiles:
     ``dkdv_gluon``); 32-query steps with 2, 3 or 4 stages were level (call 2). d=64 has its
     own tiles (``TILES_D64``, below)."""
 
-    fwd_block_m: int = 64
-    fwd_block_n: int = 128
-    bwd_block_m: int = 64
-    bwd_block_n: int = 64
-    dq_block_m: int = 64
-    dq_block_n: int = 64
+    # fwd_block_m, fwd_block_n, bwd_block_m, bwd_block_n, dq_block_m, dq_block_n: NumericsTiles
     fwd_warps: int = 4
     fwd_stages: int = 3
     bwd_warps: int = 4
@@ -172,8 +169,8 @@ class QuantizerTiles:
 # measurement, not kept as fields). 128-key dQ steps against 64-key ones, both at 2 stages: eq8x8k
 # 4% less, skew8k+224x256 8% more. A cap changes no arithmetic (every output bit the same); 64-key
 # forward tiles move where the row max may rise, which the emulator follows.
-TILES_D64 = AttnTiles(fwd_block_n=64, fwd_stages=4, dq_stages=2, dkdv_maxnreg=168)
-TILES = {64: TILES_D64, 128: AttnTiles()}
+TILES_D64 = AttnTiles(**asdict(numerics_tiles(64)), fwd_stages=4, dq_stages=2, dkdv_maxnreg=168)
+TILES = {64: TILES_D64, 128: AttnTiles(**asdict(numerics_tiles(128)))}
 QUANTIZER = QuantizerTiles()
 SUPPORTED_HEAD_DIMS = tuple(TILES)
 

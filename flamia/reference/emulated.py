@@ -13,10 +13,10 @@ import torch
 
 from ..formats.hadamard import hadamard_transform
 from ..formats.scales import exp2i
-from ..kernels.configs import TILES, AttnTiles
 from ..recipes import Recipe, resolve_recipe
 from ..scaling import prefix_v_exponent
 from ..spec import AttnSpec
+from ..tiling import NumericsTiles, numerics_tiles
 from .layout import DocLayout, make_layout, tile_multiple
 from .numerics import Numerics, numerics_for
 from .operands import Operand
@@ -33,7 +33,7 @@ class KeyTile:
     k1: int
     visible: torch.Tensor
     layout: DocLayout
-    tiles: AttnTiles
+    tiles: NumericsTiles
 
     def in_bounds(self) -> torch.Tensor:
         """[B, 1, Lq, k1 - k0] bool: pairs of a real query and a real key (visible or masked)."""
@@ -77,7 +77,7 @@ class EmulatedForward:
     pv: torch.Tensor
     inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     spec: AttnSpec
-    tiles: AttnTiles
+    tiles: NumericsTiles
     numerics: Numerics
     layout: DocLayout
     p_trace: list = field(default_factory=list)
@@ -95,10 +95,6 @@ class _Rows:
     vf: torch.Tensor
     pv: torch.Tensor  # PV per query row (int)
     rf: torch.Tensor  # 2^(sigma - PV)
-
-
-def _tiles(head_dim: int, tiles: AttnTiles | None) -> AttnTiles:
-    return tiles if tiles is not None else TILES.get(head_dim, AttnTiles())
 
 
 def _rows(lay: DocLayout, q_op, k_op, v_op, pv, spec: AttnSpec) -> _Rows:
@@ -119,7 +115,7 @@ def _scores(r: _Rows, tile: KeyTile) -> tuple[torch.Tensor, torch.Tensor]:
     return x, x.masked_fill(~tile.visible, float("-inf"))
 
 
-def _key_tiles(lay: DocLayout, width: int, tiles: AttnTiles):
+def _key_tiles(lay: DocLayout, width: int, tiles: NumericsTiles):
     for k0 in range(0, lay.lk, width):
         yield KeyTile(k0, k0 + width, lay.visible(0, lay.lq, k0, k0 + width), lay, tiles)
 
@@ -139,16 +135,16 @@ def _on_diagonal(product, codes: torch.Tensor, diag_codes: torch.Tensor | None, 
 
 def emulate_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False,
                     softmax_scale=None, window_size=(-1, -1), recipe: "str | Recipe" = "mxfp8",
-                    tiles: AttnTiles | None = None, record_p: bool = False) -> EmulatedForward:
+                    tiles: NumericsTiles | None = None, record_p: bool = False) -> EmulatedForward:
     """q: [Tq, Hq, D]; k, v: [Tk, Hkv, D] (any float dtype); cu_seqlens int32 [B + 1]."""
     recipe = resolve_recipe(recipe)
     d = q.shape[-1]
-    tiles = _tiles(d, tiles)
+    tiles = tiles if tiles is not None else numerics_tiles(d)
     spec = AttnSpec(cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), bool(causal),
                     float(softmax_scale if softmax_scale is not None else d ** -0.5), tuple(window_size), recipe)
     num = numerics_for(recipe, d)
     lay = make_layout(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window_size,
-                      q.shape[1], k.shape[1], tile_multiple(*_tile_sizes(tiles)))
+                      q.shape[1], k.shape[1], tile_multiple(*tiles.sizes()))
     q_op, k_op = num.score_operands(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     v_op = num.operand(v, cu_seqlens_k, max_seqlen_k, rotate=False)
     pv = prefix_v_exponent(v_op.exps, cu_seqlens_q, cu_seqlens_k, q.shape[0], causal, window_size)
@@ -193,10 +189,6 @@ def emulate_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
 def _finite(m: torch.Tensor) -> torch.Tensor:
     """Rows without a visible key yet have m = -inf; use 0 there (their x is -inf anyway)."""
     return torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-
-
-def _tile_sizes(t: AttnTiles) -> tuple[int, ...]:
-    return (t.fwd_block_m, t.fwd_block_n, t.bwd_block_m, t.bwd_block_n, t.dq_block_m, t.dq_block_n)
 
 
 def _rebuild_p(r: _Rows, tile: KeyTile, m: torch.Tensor, num: Numerics) -> torch.Tensor:

@@ -7,9 +7,9 @@ import torch
 
 from ..formats.bitexp import schraudolph_exp2
 from ..formats.e4m3 import E4M3_MAX, round_to_e4m3
-from ..kernels.configs import AttnTiles
-from ..recipes import Recipe
 from ..formats.scales import scale_exponent
+from ..recipes import Recipe
+from ..tiling import NumericsTiles
 from .operands import GradOutput, Operand, quantize_grad_output, quantize_operand, quantize_per_tensor, row_delta
 
 
@@ -85,7 +85,7 @@ class Numerics:
         """Power-of-two exponent of a G scale group from its max |G|."""
         return scale_exponent(amax, self.qmax)
 
-    def grad_groups(self, tiles: AttnTiles) -> tuple[int, int]:
+    def grad_groups(self, tiles: NumericsTiles) -> tuple[int, int]:
         """Extents of G's scale groups: (queries per dK-payload group, keys per dQ-payload
         group); MXFP8: the dK/dV loop's query step and the dQ loop's key step."""
         return tiles.bwd_block_m, tiles.dq_block_n
