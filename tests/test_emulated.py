@@ -8,8 +8,8 @@ import torch
 
 from flamia.formats.e4m3 import E4M3_MIN_NORMAL_EXP
 from flamia.kernels.configs import SUPPORTED_HEAD_DIMS, tiles_for
-from flamia.recipes import Recipe
-from flamia.reference.emulated import emulate_forward, emulated_attention, rebuild_p_trace
+from flamia.recipes import RECIPE_NAMES, Recipe
+from flamia.reference.emulated import NUMERICS, emulate_forward, emulated_attention, rebuild_p_trace
 from flamia.reference.exact import exact_attention
 from flamia.tiling import numerics_tiles
 
@@ -120,3 +120,7 @@ def test_the_emulator_follows_the_kernels_tiles(head_dim):
     """The kernels' AttnTiles take their numerics extents from flamia.tiling, which the
     emulator reads by default: one source for both."""
     assert asdict(numerics_tiles(head_dim)).items() <= asdict(tiles_for(head_dim)).items()
+
+
+def test_every_recipe_name_has_numerics():
+    assert set(NUMERICS) == set(RECIPE_NAMES)

@@ -18,11 +18,18 @@ from ..scaling import prefix_v_exponent
 from ..spec import AttnSpec
 from ..tiling import NumericsTiles, numerics_tiles
 from .layout import DocLayout, make_layout, tile_multiple
-from .numerics import Numerics, numerics_for
+from .numerics import Bf16Numerics, Numerics
+from .numerics_fp4 import Fp4Numerics, Nvfp4Numerics
 from .operands import Operand
 
 LOG2E = math.log2(math.e)
 LN2 = math.log(2.0)
+NUMERICS = {"mxfp8": Numerics, "bf16": Bf16Numerics, "nvfp4": Nvfp4Numerics, "fp4": Fp4Numerics}
+
+
+def numerics_for(recipe: Recipe, head_dim: int) -> Numerics:
+    """The rounding hooks of ``recipe`` at ``head_dim``: one Numerics class per recipe name."""
+    return NUMERICS[recipe.name](recipe, head_dim)
 
 
 @dataclass(frozen=True)

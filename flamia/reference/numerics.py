@@ -1,7 +1,7 @@
 """Per-recipe numerics for the emulator: how operands are quantized and how P, dO and G are
-rounded. The tile loop in ``emulated.py`` is shared by every recipe; a recipe supplies a
-``Numerics`` object. MXFP8 (token-block E4M3) and BF16 live here; the 4-bit recipes extend
-``Numerics`` in ``numerics_fp4.py``.
+rounded. The tile loop in ``emulated.py`` is shared by every recipe and picks one ``Numerics``
+class per recipe name (``emulated.numerics_for``). MXFP8 (token-block E4M3) and BF16 live
+here; the 4-bit recipes extend ``Numerics`` in ``numerics_fp4.py``.
 """
 import torch
 
@@ -111,12 +111,3 @@ class Bf16Numerics(Numerics):
 
     def grad_exponent(self, amax):
         return torch.zeros(amax.shape, dtype=torch.int32, device=amax.device)
-
-
-def numerics_for(recipe: Recipe, head_dim: int) -> Numerics:
-    if recipe.name == "mxfp8":
-        return Numerics(recipe, head_dim)
-    if recipe.name == "bf16":
-        return Bf16Numerics(recipe, head_dim)
-    from .numerics_fp4 import fp4_numerics
-    return fp4_numerics(recipe, head_dim)
