@@ -140,21 +140,40 @@ def _on_diagonal(product, codes: torch.Tensor, diag_codes: torch.Tensor | None, 
     return out if diag_codes is None else torch.where(diagonal(), product(diag_codes), out)
 
 
+def _entry_spec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size,
+                recipe: "str | Recipe", head_dim: int) -> AttnSpec:
+    """The entry points' one resolve: a recipe name to its Recipe, softmax_scale None to
+    head_dim ** -0.5 (a Recipe and a float pass through unchanged)."""
+    scale = softmax_scale if softmax_scale is not None else head_dim ** -0.5
+    return AttnSpec(cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), bool(causal), float(scale),
+                    tuple(window_size), resolve_recipe(recipe))
+
+
 def emulate_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False,
                     softmax_scale=None, window_size=(-1, -1), recipe: "str | Recipe" = "mxfp8",
                     tiles: NumericsTiles | None = None, record_p: bool = False) -> EmulatedForward:
-    """q: [Tq, Hq, D]; k, v: [Tk, Hkv, D] (any float dtype); cu_seqlens int32 [B + 1]."""
-    recipe = resolve_recipe(recipe)
-    d = q.shape[-1]
-    tiles = tiles if tiles is not None else numerics_tiles(d)
-    spec = AttnSpec(cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), bool(causal),
-                    float(softmax_scale if softmax_scale is not None else d ** -0.5), tuple(window_size), recipe)
+    """The forward of NUMERICS.md 3, keeping what ``emulate_backward`` needs.
+
+    q: [Tq, Hq, D]; k, v: [Tk, Hkv, D] (any float dtype); cu_seqlens_q/k: int32 [B + 1];
+    max_seqlen_q/k: ints. recipe: a name of ``flamia.RECIPES`` or a Recipe; softmax_scale:
+    None for 1/sqrt(D). tiles: None for ``numerics_tiles(D)`` (the kernels' at D).
+    record_p: keep each key tile's P values in ``p_trace``.
+    """
+    spec = _entry_spec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
+                       window_size, recipe, q.shape[-1])
+    return _forward(q, k, v, spec, tiles if tiles is not None else numerics_tiles(q.shape[-1]), record_p)
+
+
+def _forward(q, k, v, spec: AttnSpec, tiles: NumericsTiles, record_p: bool = False) -> EmulatedForward:
+    """``emulate_forward`` on resolved values: ``spec.recipe`` a Recipe, ``spec.softmax_scale`` a float."""
+    recipe, d = spec.recipe, q.shape[-1]
+    cu_q, cu_k, max_q, max_k = spec.cu_seqlens_q, spec.cu_seqlens_k, spec.max_seqlen_q, spec.max_seqlen_k
     num = numerics_for(recipe, d)
-    lay = make_layout(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window_size,
+    lay = make_layout(cu_q, cu_k, max_q, max_k, spec.causal, spec.window_size,
                       q.shape[1], k.shape[1], tile_multiple(*tiles.sizes()))
-    q_op, k_op = num.score_operands(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    v_op = num.operand(v, cu_seqlens_k, max_seqlen_k, rotate=False)
-    pv = prefix_v_exponent(v_op.exps, cu_seqlens_q, cu_seqlens_k, q.shape[0], causal, window_size)
+    q_op, k_op = num.score_operands(q, k, cu_q, cu_k, max_q, max_k)
+    v_op = num.operand(v, cu_k, max_k, rotate=False)
+    pv = prefix_v_exponent(v_op.exps, cu_q, cu_k, q.shape[0], spec.causal, spec.window_size)
     r = _rows(lay, q_op, k_op, v_op, pv, spec)
     v_diag = _diagonal_rows(lay, num, v_op)
 
@@ -280,9 +299,7 @@ def emulate_backward(fwd: EmulatedForward, do: torch.Tensor) -> tuple[torch.Tens
 class _EmulatedAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, spec: AttnSpec):
-        fwd = emulate_forward(q, k, v, spec.cu_seqlens_q, spec.cu_seqlens_k, spec.max_seqlen_q, spec.max_seqlen_k,
-                              causal=spec.causal, softmax_scale=spec.softmax_scale, window_size=spec.window_size,
-                              recipe=spec.recipe)
+        fwd = _forward(q, k, v, spec, numerics_tiles(q.shape[-1]))
         ctx.fwd = fwd
         ctx.mark_non_differentiable(fwd.lse)
         return fwd.out, fwd.lse
@@ -296,10 +313,13 @@ class _EmulatedAttention(torch.autograd.Function):
 
 def emulated_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
                        softmax_scale=None, window_size=(-1, -1), recipe="mxfp8", return_lse=False):
-    """Differentiable emulated attention on packed documents. Returns out [Tq, Hq, D] in q's
-    dtype, and lse [Hq, Tq] fp32 (natural log; not differentiable) when ``return_lse``."""
-    spec = AttnSpec(cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), bool(causal),
-                    float(softmax_scale if softmax_scale is not None else q.shape[-1] ** -0.5),
-                    tuple(window_size), resolve_recipe(recipe))
+    """Differentiable emulated attention on packed documents, on the tiles ``numerics_tiles(D)``.
+
+    Arguments as ``flamia.flash_attn_varlen_func`` (q: [Tq, Hq, D]; k, v: [Tk, Hkv, D]; recipe
+    a name or a Recipe; softmax_scale None for 1/sqrt(D)), which hands it a resolved Recipe
+    and float scale. Returns out [Tq, Hq, D] in q's dtype, and lse [Hq, Tq] fp32 (natural log,
+    not differentiable) when ``return_lse``."""
+    spec = _entry_spec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size,
+                       recipe, q.shape[-1])
     out, lse = _EmulatedAttention.apply(q, k, v, spec)
     return (out, lse) if return_lse else out
