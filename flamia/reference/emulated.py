@@ -105,6 +105,7 @@ class _Rows:
 
 
 def _rows(lay: DocLayout, q_op, k_op, v_op, pv, spec: AttnSpec) -> _Rows:
+    """The padded rows of both passes from the packed operands and PV [Tq, Hkv] int."""
     s2 = torch.tensor(spec.softmax_scale * LOG2E, dtype=torch.float32)
     pv_q = lay.rows_q(pv.repeat_interleave(lay.group, dim=1))
     return _Rows(qc=lay.rows_q(q_op.codes), qs=lay.rows_q(q_op.factor, fill=1.0) * s2,
@@ -123,6 +124,7 @@ def _scores(r: _Rows, tile: KeyTile) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _key_tiles(lay: DocLayout, width: int, tiles: NumericsTiles):
+    """The key tiles [k0, k0 + width) of the padded layout, in ascending order."""
     for k0 in range(0, lay.lk, width):
         yield KeyTile(k0, k0 + width, lay.visible(0, lay.lq, k0, k0 + width), lay, tiles)
 
@@ -297,6 +299,9 @@ def emulate_backward(fwd: EmulatedForward, do: torch.Tensor) -> tuple[torch.Tens
 
 
 class _EmulatedAttention(torch.autograd.Function):
+    """The emulator under autograd: forward(q, k, v, spec) -> (out, lse); the backward
+    returns (dq, dk, dv, None) in the inputs' dtypes."""
+
     @staticmethod
     def forward(ctx, q, k, v, spec: AttnSpec):
         fwd = _forward(q, k, v, spec, numerics_tiles(q.shape[-1]))

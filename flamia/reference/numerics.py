@@ -49,6 +49,8 @@ class Numerics:
         return None
 
     def grad_output(self, do, o, ro, cu_q, max_q, step) -> GradOutput:
+        """dO's two representations and D (NUMERICS.md 4): do, o [Tq, H, D]; ro [H, Tq] fp32;
+        step: the dK/dV loop's query step (``bwd_block_m``), the extent of dOt's exponent."""
         g = quantize_grad_output(do, o, ro, cu_q, max_q, self.recipe.scale_block, step)
         if not self.recipe.per_tensor_scales:
             return g
@@ -57,6 +59,7 @@ class Numerics:
 
     # -- rounding ---------------------------------------------------------------------------
     def exp2(self, x: torch.Tensor, forward: bool) -> torch.Tensor:
+        """2^x, fp32 [B, H, Lq, N]; the forward's may be approximate (``fwd_approx_exp``)."""
         if forward and self.recipe.fwd_approx_exp:
             return schraudolph_exp2(x)
         return torch.exp2(x)
