@@ -1,14 +1,17 @@
 """The emulator (the oracle): forward/backward P consistency, the saturation failure, and
 agreement with the exact reference across masks, windows, GQA and unequal lengths."""
 import math
+from dataclasses import asdict
 
 import pytest
 import torch
 
 from flamia.formats.e4m3 import E4M3_MIN_NORMAL_EXP
-from flamia.recipes import Recipe
-from flamia.reference.emulated import emulate_forward, emulated_attention, rebuild_p_trace
+from flamia.kernels.configs import SUPPORTED_HEAD_DIMS, tiles_for
+from flamia.recipes import RECIPE_NAMES, Recipe
+from flamia.reference.emulated import NUMERICS, emulate_forward, emulated_attention, rebuild_p_trace
 from flamia.reference.exact import exact_attention
+from flamia.tiling import numerics_tiles
 
 
 def _batch(lengths_q, lengths_k=None, hq=4, hkv=2, d=64, seed=0, q_scale=1.0):
@@ -110,3 +113,14 @@ def test_rows_without_keys_are_zero_with_infinite_lse():
     fwd = emulate_forward(q, k, v, cu_q, cu_k, mq, mk, causal=True)
     assert torch.equal(fwd.out[:32].float(), torch.zeros_like(fwd.out[:32].float()))
     assert torch.isinf(fwd.lse[:, :32]).all() and torch.isfinite(fwd.lse[:, 32:]).all()
+
+
+@pytest.mark.parametrize("head_dim", SUPPORTED_HEAD_DIMS)
+def test_the_emulator_follows_the_kernels_tiles(head_dim):
+    """The kernels' AttnTiles take their numerics extents from flamia.tiling, which the
+    emulator reads by default: one source for both."""
+    assert asdict(numerics_tiles(head_dim)).items() <= asdict(tiles_for(head_dim)).items()
+
+
+def test_every_recipe_name_has_numerics():
+    assert set(NUMERICS) == set(RECIPE_NAMES)

@@ -42,9 +42,10 @@ def round_to_e2m1(x: torch.Tensor) -> torch.Tensor:
 
 
 def pack_e2m1(codes: torch.Tensor) -> torch.Tensor:
-    """Two codes per byte along the last (even-length) axis, low nibble first."""
+    """uint8 codes [..., N] (N even) -> [..., N / 2] uint8, two codes per byte, low nibble first."""
     return codes[..., 0::2] | (codes[..., 1::2] << 4)
 
 
 def unpack_e2m1(packed: torch.Tensor) -> torch.Tensor:
+    """The inverse of ``pack_e2m1``: uint8 [..., N / 2] -> uint8 codes [..., N]."""
     return torch.stack((packed & 15, packed >> 4), dim=-1).flatten(-2)

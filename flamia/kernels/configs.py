@@ -1,18 +1,19 @@
 """Tile configurations of the attention kernels, as frozen dataclasses.
 
-Some tile sizes are numerics, not only speed: the emulator reads them from here so that it
-stays tile-faithful (NUMERICS.md 3-4). ``fwd_block_n`` sets where the online row max may
+Some tile sizes are numerics, not only speed: they come from ``flamia/tiling.py``, which the
+emulator reads too, so that it stays tile-faithful (NUMERICS.md 3-4). ``fwd_block_n`` sets where the online row max may
 rise; ``bwd_block_m`` is the query step of the dK/dV loop, the extent of the transposed dO
 exponent and of the per-key scale of the dK payload G; ``dq_block_n`` is the key step of the
 dQ loop, the extent of the per-row scale of the dQ payload.
 """
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
+from ..tiling import NumericsTiles, numerics_tiles
 from .layout import DOC_ALIGN
 
 
 @dataclass(frozen=True)
-class AttnTiles:
+class AttnTiles(NumericsTiles):
     """Tiles of one head dim, and which kernel runs each pass on the GPU.
 
     The defaults are d=128's: 64-row forward query tiles on 128-key tiles, and each backward
@@ -22,12 +23,7 @@ class AttnTiles:
     NVIDIA H200 with Triton 3.6; docs/PERFORMANCE.md has the figures. d=64 has its own tiles
     (``TILES_D64``, below)."""
 
-    fwd_block_m: int = 64
-    fwd_block_n: int = 128
-    bwd_block_m: int = 64
-    bwd_block_n: int = 64
-    dq_block_m: int = 64
-    dq_block_n: int = 64
+    # fwd_block_m, fwd_block_n, bwd_block_m, bwd_block_n, dq_block_m, dq_block_n: NumericsTiles
     fwd_warps: int = 4
     fwd_stages: int = 3
     bwd_warps: int = 4
@@ -117,10 +113,10 @@ class QuantizerTiles:
 # d=64: half the head dim leaves registers free, so three 4-warp programs share an SM where
 # d=128 fits two: 64-key forward tiles with 4 stages (164 registers) and the Gluon dK/dV
 # capped at 168 registers; dQ with 2 stages. A cap changes no arithmetic; 64-key forward tiles
-# move where the row max may rise, which the emulator follows. docs/PERFORMANCE.md has the
-# figures.
-TILES_D64 = AttnTiles(fwd_block_n=64, fwd_stages=4, dq_stages=2, dkdv_maxnreg=168)
-TILES = {64: TILES_D64, 128: AttnTiles()}
+# move where the row max may rise, which the emulator follows (flamia/tiling.py).
+# docs/PERFORMANCE.md has the figures.
+TILES_D64 = AttnTiles(**asdict(numerics_tiles(64)), fwd_stages=4, dq_stages=2, dkdv_maxnreg=168)
+TILES = {64: TILES_D64, 128: AttnTiles(**asdict(numerics_tiles(128)))}
 QUANTIZER = QuantizerTiles()
 SUPPORTED_HEAD_DIMS = tuple(TILES)
 

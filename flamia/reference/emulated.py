@@ -13,16 +13,23 @@ import torch
 
 from ..formats.hadamard import hadamard_transform
 from ..formats.scales import exp2i
-from ..kernels.configs import TILES, AttnTiles
 from ..recipes import Recipe, resolve_recipe
 from ..scaling import prefix_v_exponent
 from ..spec import AttnSpec
+from ..tiling import NumericsTiles, numerics_tiles
 from .layout import DocLayout, make_layout, tile_multiple
-from .numerics import Numerics, numerics_for
+from .numerics import Bf16Numerics, Numerics
+from .numerics_fp4 import Fp4Numerics, Nvfp4Numerics
 from .operands import Operand
 
 LOG2E = math.log2(math.e)
 LN2 = math.log(2.0)
+NUMERICS = {"mxfp8": Numerics, "bf16": Bf16Numerics, "nvfp4": Nvfp4Numerics, "fp4": Fp4Numerics}
+
+
+def numerics_for(recipe: Recipe, head_dim: int) -> Numerics:
+    """The rounding hooks of ``recipe`` at ``head_dim``: one Numerics class per recipe name."""
+    return NUMERICS[recipe.name](recipe, head_dim)
 
 
 @dataclass(frozen=True)
@@ -33,7 +40,7 @@ class KeyTile:
     k1: int
     visible: torch.Tensor
     layout: DocLayout
-    tiles: AttnTiles
+    tiles: NumericsTiles
 
     def in_bounds(self) -> torch.Tensor:
         """[B, 1, Lq, k1 - k0] bool: pairs of a real query and a real key (visible or masked)."""
@@ -77,7 +84,7 @@ class EmulatedForward:
     pv: torch.Tensor
     inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     spec: AttnSpec
-    tiles: AttnTiles
+    tiles: NumericsTiles
     numerics: Numerics
     layout: DocLayout
     p_trace: list = field(default_factory=list)
@@ -97,11 +104,8 @@ class _Rows:
     rf: torch.Tensor  # 2^(sigma - PV)
 
 
-def _tiles(head_dim: int, tiles: AttnTiles | None) -> AttnTiles:
-    return tiles if tiles is not None else TILES.get(head_dim, AttnTiles())
-
-
 def _rows(lay: DocLayout, q_op, k_op, v_op, pv, spec: AttnSpec) -> _Rows:
+    """The padded rows of both passes from the packed operands and PV [Tq, Hkv] int."""
     s2 = torch.tensor(spec.softmax_scale * LOG2E, dtype=torch.float32)
     pv_q = lay.rows_q(pv.repeat_interleave(lay.group, dim=1))
     return _Rows(qc=lay.rows_q(q_op.codes), qs=lay.rows_q(q_op.factor, fill=1.0) * s2,
@@ -119,7 +123,8 @@ def _scores(r: _Rows, tile: KeyTile) -> tuple[torch.Tensor, torch.Tensor]:
     return x, x.masked_fill(~tile.visible, float("-inf"))
 
 
-def _key_tiles(lay: DocLayout, width: int, tiles: AttnTiles):
+def _key_tiles(lay: DocLayout, width: int, tiles: NumericsTiles):
+    """The key tiles [k0, k0 + width) of the padded layout, in ascending order."""
     for k0 in range(0, lay.lk, width):
         yield KeyTile(k0, k0 + width, lay.visible(0, lay.lq, k0, k0 + width), lay, tiles)
 
@@ -137,21 +142,40 @@ def _on_diagonal(product, codes: torch.Tensor, diag_codes: torch.Tensor | None, 
     return out if diag_codes is None else torch.where(diagonal(), product(diag_codes), out)
 
 
+def _entry_spec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size,
+                recipe: "str | Recipe", head_dim: int) -> AttnSpec:
+    """The entry points' one resolve: a recipe name to its Recipe, softmax_scale None to
+    head_dim ** -0.5 (a Recipe and a float pass through unchanged)."""
+    scale = softmax_scale if softmax_scale is not None else head_dim ** -0.5
+    return AttnSpec(cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), bool(causal), float(scale),
+                    tuple(window_size), resolve_recipe(recipe))
+
+
 def emulate_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False,
                     softmax_scale=None, window_size=(-1, -1), recipe: "str | Recipe" = "mxfp8",
-                    tiles: AttnTiles | None = None, record_p: bool = False) -> EmulatedForward:
-    """q: [Tq, Hq, D]; k, v: [Tk, Hkv, D] (any float dtype); cu_seqlens int32 [B + 1]."""
-    recipe = resolve_recipe(recipe)
-    d = q.shape[-1]
-    tiles = _tiles(d, tiles)
-    spec = AttnSpec(cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), bool(causal),
-                    float(softmax_scale if softmax_scale is not None else d ** -0.5), tuple(window_size), recipe)
+                    tiles: NumericsTiles | None = None, record_p: bool = False) -> EmulatedForward:
+    """The forward of NUMERICS.md 3, keeping what ``emulate_backward`` needs.
+
+    q: [Tq, Hq, D]; k, v: [Tk, Hkv, D] (any float dtype); cu_seqlens_q/k: int32 [B + 1];
+    max_seqlen_q/k: ints. recipe: a name of ``flamia.RECIPES`` or a Recipe; softmax_scale:
+    None for 1/sqrt(D). tiles: None for ``numerics_tiles(D)`` (the kernels' at D).
+    record_p: keep each key tile's P values in ``p_trace``.
+    """
+    spec = _entry_spec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
+                       window_size, recipe, q.shape[-1])
+    return _forward(q, k, v, spec, tiles if tiles is not None else numerics_tiles(q.shape[-1]), record_p)
+
+
+def _forward(q, k, v, spec: AttnSpec, tiles: NumericsTiles, record_p: bool = False) -> EmulatedForward:
+    """``emulate_forward`` on resolved values: ``spec.recipe`` a Recipe, ``spec.softmax_scale`` a float."""
+    recipe, d = spec.recipe, q.shape[-1]
+    cu_q, cu_k, max_q, max_k = spec.cu_seqlens_q, spec.cu_seqlens_k, spec.max_seqlen_q, spec.max_seqlen_k
     num = numerics_for(recipe, d)
-    lay = make_layout(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window_size,
-                      q.shape[1], k.shape[1], tile_multiple(*_tile_sizes(tiles)))
-    q_op, k_op = num.score_operands(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    v_op = num.operand(v, cu_seqlens_k, max_seqlen_k, rotate=False)
-    pv = prefix_v_exponent(v_op.exps, cu_seqlens_q, cu_seqlens_k, q.shape[0], causal, window_size)
+    lay = make_layout(cu_q, cu_k, max_q, max_k, spec.causal, spec.window_size,
+                      q.shape[1], k.shape[1], tile_multiple(*tiles.sizes()))
+    q_op, k_op = num.score_operands(q, k, cu_q, cu_k, max_q, max_k)
+    v_op = num.operand(v, cu_k, max_k, rotate=False)
+    pv = prefix_v_exponent(v_op.exps, cu_q, cu_k, q.shape[0], spec.causal, spec.window_size)
     r = _rows(lay, q_op, k_op, v_op, pv, spec)
     v_diag = _diagonal_rows(lay, num, v_op)
 
@@ -193,10 +217,6 @@ def emulate_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
 def _finite(m: torch.Tensor) -> torch.Tensor:
     """Rows without a visible key yet have m = -inf; use 0 there (their x is -inf anyway)."""
     return torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-
-
-def _tile_sizes(t: AttnTiles) -> tuple[int, ...]:
-    return (t.fwd_block_m, t.fwd_block_n, t.bwd_block_m, t.bwd_block_n, t.dq_block_m, t.dq_block_n)
 
 
 def _rebuild_p(r: _Rows, tile: KeyTile, m: torch.Tensor, num: Numerics) -> torch.Tensor:
@@ -279,11 +299,12 @@ def emulate_backward(fwd: EmulatedForward, do: torch.Tensor) -> tuple[torch.Tens
 
 
 class _EmulatedAttention(torch.autograd.Function):
+    """The emulator under autograd: forward(q, k, v, spec) -> (out, lse); the backward
+    returns (dq, dk, dv, None) in the inputs' dtypes."""
+
     @staticmethod
     def forward(ctx, q, k, v, spec: AttnSpec):
-        fwd = emulate_forward(q, k, v, spec.cu_seqlens_q, spec.cu_seqlens_k, spec.max_seqlen_q, spec.max_seqlen_k,
-                              causal=spec.causal, softmax_scale=spec.softmax_scale, window_size=spec.window_size,
-                              recipe=spec.recipe)
+        fwd = _forward(q, k, v, spec, numerics_tiles(q.shape[-1]))
         ctx.fwd = fwd
         ctx.mark_non_differentiable(fwd.lse)
         return fwd.out, fwd.lse
@@ -297,10 +318,13 @@ class _EmulatedAttention(torch.autograd.Function):
 
 def emulated_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
                        softmax_scale=None, window_size=(-1, -1), recipe="mxfp8", return_lse=False):
-    """Differentiable emulated attention on packed documents. Returns out [Tq, Hq, D] in q's
-    dtype, and lse [Hq, Tq] fp32 (natural log; not differentiable) when ``return_lse``."""
-    spec = AttnSpec(cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), bool(causal),
-                    float(softmax_scale if softmax_scale is not None else q.shape[-1] ** -0.5),
-                    tuple(window_size), resolve_recipe(recipe))
+    """Differentiable emulated attention on packed documents, on the tiles ``numerics_tiles(D)``.
+
+    Arguments as ``flamia.flash_attn_varlen_func`` (q: [Tq, Hq, D]; k, v: [Tk, Hkv, D]; recipe
+    a name or a Recipe; softmax_scale None for 1/sqrt(D)), which hands it a resolved Recipe
+    and float scale. Returns out [Tq, Hq, D] in q's dtype, and lse [Hq, Tq] fp32 (natural log,
+    not differentiable) when ``return_lse``."""
+    spec = _entry_spec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size,
+                       recipe, q.shape[-1])
     out, lse = _EmulatedAttention.apply(q, k, v, spec)
     return (out, lse) if return_lse else out

@@ -28,10 +28,12 @@ class DocLayout:
 
     @property
     def lq(self) -> int:
+        """Lq: max_seqlen_q rounded up to the padding unit."""
         return self.packing_q.padded_len
 
     @property
     def lk(self) -> int:
+        """Lk: max_seqlen_k rounded up to the padding unit."""
         return self.packing_k.padded_len
 
     def visible(self, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor:
@@ -62,6 +64,8 @@ class DocLayout:
 
 def make_layout(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window_size,
                 heads_q: int, heads_k: int, multiple: int) -> DocLayout:
+    """The layout of one call: cu_seqlens_q/k int32 [B + 1], max_seqlen_q/k host ints, each
+    document padded to a multiple of ``multiple`` tokens; heads_q a multiple of heads_k."""
     pq = make_packing(cu_seqlens_q, max_seqlen_q, multiple)
     pk = make_packing(cu_seqlens_k, max_seqlen_k, multiple)
     shape = (-1, 1, 1, 1)
@@ -70,4 +74,5 @@ def make_layout(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, 
 
 
 def tile_multiple(*sizes: int) -> int:
+    """The padding unit: a multiple of every tile extent and of the 32-token scale block."""
     return math.lcm(32, *sizes)

@@ -1,15 +1,15 @@
 """Per-recipe numerics for the emulator: how operands are quantized and how P, dO and G are
-rounded. The tile loop in ``emulated.py`` is shared by every recipe; a recipe supplies a
-``Numerics`` object. MXFP8 (token-block E4M3) and BF16 live here; the 4-bit recipes extend
-``Numerics`` in ``numerics_fp4.py``.
+rounded. The tile loop in ``emulated.py`` is shared by every recipe and picks one ``Numerics``
+class per recipe name (``emulated.numerics_for``). MXFP8 (token-block E4M3) and BF16 live
+here; the 4-bit recipes extend ``Numerics`` in ``numerics_fp4.py``.
 """
 import torch
 
 from ..formats.bitexp import schraudolph_exp2
 from ..formats.e4m3 import E4M3_MAX, round_to_e4m3
-from ..kernels.configs import AttnTiles
-from ..recipes import Recipe
 from ..formats.scales import scale_exponent
+from ..recipes import Recipe
+from ..tiling import NumericsTiles
 from .operands import GradOutput, Operand, quantize_grad_output, quantize_operand, quantize_per_tensor, row_delta
 
 
@@ -49,6 +49,8 @@ class Numerics:
         return None
 
     def grad_output(self, do, o, ro, cu_q, max_q, step) -> GradOutput:
+        """dO's two representations and D (NUMERICS.md 4): do, o [Tq, H, D]; ro [H, Tq] fp32;
+        step: the dK/dV loop's query step (``bwd_block_m``), the extent of dOt's exponent."""
         g = quantize_grad_output(do, o, ro, cu_q, max_q, self.recipe.scale_block, step)
         if not self.recipe.per_tensor_scales:
             return g
@@ -57,6 +59,7 @@ class Numerics:
 
     # -- rounding ---------------------------------------------------------------------------
     def exp2(self, x: torch.Tensor, forward: bool) -> torch.Tensor:
+        """2^x, fp32 [B, H, Lq, N]; the forward's may be approximate (``fwd_approx_exp``)."""
         if forward and self.recipe.fwd_approx_exp:
             return schraudolph_exp2(x)
         return torch.exp2(x)
@@ -85,7 +88,7 @@ class Numerics:
         """Power-of-two exponent of a G scale group from its max |G|."""
         return scale_exponent(amax, self.qmax)
 
-    def grad_groups(self, tiles: AttnTiles) -> tuple[int, int]:
+    def grad_groups(self, tiles: NumericsTiles) -> tuple[int, int]:
         """Extents of G's scale groups: (queries per dK-payload group, keys per dQ-payload
         group); MXFP8: the dK/dV loop's query step and the dQ loop's key step."""
         return tiles.bwd_block_m, tiles.dq_block_n
@@ -111,12 +114,3 @@ class Bf16Numerics(Numerics):
 
     def grad_exponent(self, amax):
         return torch.zeros(amax.shape, dtype=torch.int32, device=amax.device)
-
-
-def numerics_for(recipe: Recipe, head_dim: int) -> Numerics:
-    if recipe.name == "mxfp8":
-        return Numerics(recipe, head_dim)
-    if recipe.name == "bf16":
-        return Bf16Numerics(recipe, head_dim)
-    from .numerics_fp4 import fp4_numerics
-    return fp4_numerics(recipe, head_dim)

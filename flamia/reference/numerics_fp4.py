@@ -11,11 +11,9 @@ Group maxima of P skip masked keys, so no P group straddles the causal boundary;
 """
 import torch
 
-from ..formats.e2m1 import E2M1_MAX
-from ..formats.e2m1 import round_to_e2m1
+from ..formats.e2m1 import E2M1_MAX, round_to_e2m1
 from ..formats.nvfp4 import round_e2m1_pow2
-from ..kernels.configs import AttnTiles
-from ..recipes import Recipe
+from ..tiling import NumericsTiles
 from .numerics import Numerics
 from .operands_fp4 import TOKEN_GROUP, TokenAxisOperand, nvfp4_operand, quantize_fp4_grad_output, token_axis_operand
 
@@ -117,15 +115,6 @@ class Fp4Numerics(Nvfp4Numerics):
     def round_grad(self, y):
         return round_to_e2m1(y)
 
-    def grad_groups(self, tiles: AttnTiles) -> tuple[int, int]:
+    def grad_groups(self, tiles: NumericsTiles) -> tuple[int, int]:
         """G in both products: 16 tokens of one document per scale, as the other operands."""
         return TOKEN_GROUP, TOKEN_GROUP
-
-
-def fp4_numerics(recipe: Recipe, head_dim: int) -> Numerics:
-    """The Numerics of a 4-bit recipe ("nvfp4" or "fp4")."""
-    if recipe.name == "nvfp4":
-        return Nvfp4Numerics(recipe, head_dim)
-    if recipe.name == "fp4":
-        return Fp4Numerics(recipe, head_dim)
-    raise ValueError(f"recipe: no 4-bit numerics for {recipe.name!r}")

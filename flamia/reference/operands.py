@@ -26,6 +26,7 @@ class Operand:
         return exp2i(self.exps)
 
     def dequantize(self) -> torch.Tensor:
+        """codes * 2^exps, [T, H, D] fp32."""
         return self.codes * self.factor[..., None]
 
 

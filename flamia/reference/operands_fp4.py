@@ -29,6 +29,7 @@ class Nvfp4Operand:
     factor: torch.Tensor
 
     def dequantize(self) -> torch.Tensor:
+        """codes * g, [T, H, D] fp32."""
         return self.codes * self.factor[..., None]
 
 

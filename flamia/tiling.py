@@ -1,0 +1,52 @@
+"""The tile extents that are numerics, one source for the kernels and the emulator.
+
+Tiles start at the document start (NUMERICS.md 3-4), and some of their extents decide
+rounding, not only speed: where the forward's online row max may rise, which tiles are
+diagonal, and how far a scale of the backward's payloads spans. The emulator
+(``flamia.reference``) follows exactly these; the kernels' ``AttnTiles``
+(``flamia.kernels.configs``) extends them with what only changes speed (warps, stages,
+which kernel runs) and takes its per-head-dim extents from ``NUMERICS_TILES``.
+"""
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class NumericsTiles:
+    """Tile extents (rows or keys, from the document start) of the forward, the dK/dV loop
+    and the dQ loop.
+
+    fwd_block_m, fwd_block_n: the forward's query and key tiles. The key tile is where the
+        row max may rise (NUMERICS.md 3, step 2); together they decide the diagonal tiles,
+        where the 4-bit routes keep E4M3 P (nvfp4) or per-key V scales (fp4).
+    bwd_block_m: the dK/dV loop's query step: the extent of the transposed dO's exponent
+        and of the dK payload's per-key scale (NUMERICS.md 4).
+    bwd_block_n: the dK/dV loop's key tile. No rounding depends on it alone; it is the
+        dQ payload's key step when dQ goes through atomics, and the emulator's backward
+        visits keys in steps of lcm(bwd_block_n, dq_block_n).
+    dq_block_m, dq_block_n: the dQ loop's query tile and key step; the key step is the
+        extent of the dQ payload's per-row scale, and both decide the dQ loop's diagonal
+        tiles, where fp4's K takes per-key scales.
+    """
+
+    fwd_block_m: int = 64
+    fwd_block_n: int = 128
+    bwd_block_m: int = 64
+    bwd_block_n: int = 64
+    dq_block_m: int = 64
+    dq_block_n: int = 64
+
+    def sizes(self) -> tuple[int, ...]:
+        """Every extent, in field order (the emulator pads documents to their common multiple)."""
+        return (self.fwd_block_m, self.fwd_block_n, self.bwd_block_m, self.bwd_block_n,
+                self.dq_block_m, self.dq_block_n)
+
+
+# Per head dim the kernels support; d=64 runs 64-key forward tiles (kernels/configs.py has the
+# measurements that chose them).
+NUMERICS_TILES = {64: NumericsTiles(fwd_block_n=64), 128: NumericsTiles()}
+
+
+def numerics_tiles(head_dim: int) -> NumericsTiles:
+    """The kernels' extents at ``head_dim``; the d=128 ones at a head dim the kernels lack
+    (the emulator runs any multiple of 16 up to 256)."""
+    return NUMERICS_TILES.get(head_dim, NumericsTiles())
