@@ -69,7 +69,7 @@ class DocumentAttention(nn.Module):
         self.recipe = resolve_recipe(recipe)
         self.causal = causal
         self.softmax_scale = softmax_scale
-        self.window_size = tuple(window_size)
+        self.window_size = window_size
         self.backend = backend
 
     def extra_repr(self) -> str:
