@@ -29,8 +29,13 @@ DEFAULT = "eq4x4k,eq8x8k,skew8k+32x256,skew8k+224x256,logu11-16k,logu29-64k"
 
 
 def providers(case):
-    return {"flamia mxfp8": autograd_job(as_attention("mxfp8", "triton"), case.inputs, "train"),
-            "FA2": fa2_job(case, "train")}
+    i, causal = case.inputs, case.workload.causal
+    attn = as_attention("mxfp8", "triton")
+
+    def flamia_call(q, k, v):
+        return attn(q, k, v, i.cu_seqlens, i.cu_seqlens, i.max_seqlen, i.max_seqlen, causal)[0]
+
+    return {"flamia mxfp8": autograd_job(flamia_call, i, "train"), "FA2": fa2_job(case, "train")}
 
 
 def gpu_ms(job, calls: int) -> float:

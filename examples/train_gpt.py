@@ -103,13 +103,6 @@ def get_batch(data: np.ndarray, starts: np.ndarray, rows: int, context: int, rng
 # Model: pre-LN GPT over packed tokens [T, d_model]
 # ---------------------------------------------------------------------------------------------
 
-@torch.compiler.disable
-def attend(attention: flamia.nn.DocumentAttention, q, k, v, cu_seqlens, max_seqlen):
-    """flamia's call runs eagerly between the compiled pieces of the model: compiling it would
-    trace the kernels' Python launch code (or, on the CPU, the whole emulator)."""
-    return attention(q, k, v, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen)
-
-
 class Block(nn.Module):
     def __init__(self, d_model: int, n_head: int, recipe: str, backend: str | None):
         super().__init__()
@@ -123,7 +116,7 @@ class Block(nn.Module):
 
     def forward(self, x, cu_seqlens, max_seqlen):
         q, k, v = self.qkv(self.ln1(x)).view(x.shape[0], 3, self.n_head, -1).unbind(1)  # [T, H, D] each
-        x = x + self.proj(attend(self.attention, q, k, v, cu_seqlens, max_seqlen).flatten(1))
+        x = x + self.proj(self.attention(q, k, v, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen).flatten(1))
         return x + self.mlp(self.ln2(x))
 
 
