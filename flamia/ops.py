@@ -2,7 +2,8 @@
 ``flamia::attention_backward``, joined by ``register_autograd``.
 
 torch.compile sees one opaque op per direction: Dynamo does not trace Triton's launcher, and
-Inductor cannot wrap the Gluon kernels. Each op takes the call's description flattened into
+Inductor cannot wrap the Gluon kernels. Eager calls take the same implementations through a
+plain autograd.Function (``_EagerAttention``), which costs less host time. Each op takes the call's description flattened into
 the types an op schema allows (the recipe as its ``Recipe.key``) and rebuilds the
 ``AttnSpec`` that the backends take. Fake implementations give shapes and dtypes only.
 
@@ -38,10 +39,8 @@ def _emulate_forward(q, k, v, spec: AttnSpec):
                            recipe=spec.recipe)
 
 
-@torch.library.custom_op("flamia::attention_forward", mutates_args=())
-def attention_forward(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
-                      max_seqlen_q: int, max_seqlen_k: int, causal: bool, softmax_scale: float,
-                      window_size: list[int], recipe: str, backend: str) -> tuple[Tensor, Tensor, list[Tensor]]:
+def _forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size,
+             recipe, backend):
     """(out [Tq, Hq, D] in q's dtype, lse [Hq, Tq] fp32, what the backward reads: the triton
     backend's ``Residuals``, or q, k, v for the reference backend)."""
     spec = _spec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size, recipe)
@@ -51,7 +50,32 @@ def attention_forward(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_
             out, lse, res = ops.forward(q, k, v, spec)
             return out, lse, list(res)
         fwd = _emulate_forward(q, k, v, spec)
-        return fwd.out, fwd.lse, [q.clone(), k.clone(), v.clone()]
+        return fwd.out, fwd.lse, [q, k, v]
+
+
+def _backward(dout, out, saved, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
+              window_size, recipe, backend):
+    """dq [Tq, Hq, D], dk, dv [Tk, Hkv, D] in dout's dtype; saved: ``_forward``'s third output."""
+    spec = _spec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size, recipe)
+    with torch.autocast(dout.device.type, enabled=False):
+        if backend == "triton":
+            from .kernels import ops
+            return ops.backward(dout, out, ops.Residuals(*saved), spec)
+        from .reference.emulated import emulate_backward
+        q, k, v = saved
+        dq, dk, dv = emulate_backward(_emulate_forward(q, k, v, spec), dout.contiguous())
+        return dq.to(dout.dtype), dk.to(dout.dtype), dv.to(dout.dtype)
+
+
+@torch.library.custom_op("flamia::attention_forward", mutates_args=())
+def attention_forward(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
+                      max_seqlen_q: int, max_seqlen_k: int, causal: bool, softmax_scale: float,
+                      window_size: list[int], recipe: str, backend: str) -> tuple[Tensor, Tensor, list[Tensor]]:
+    """``_forward`` as an op; its outputs may not alias its inputs, so the reference backend's
+    q, k, v leave as copies."""
+    out, lse, saved = _forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
+                               window_size, recipe, backend)
+    return out, lse, saved if backend == "triton" else [x.clone() for x in saved]
 
 
 @attention_forward.register_fake
@@ -70,16 +94,9 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, s
 def attention_backward(dout: Tensor, out: Tensor, saved: list[Tensor], cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
                        max_seqlen_q: int, max_seqlen_k: int, causal: bool, softmax_scale: float,
                        window_size: list[int], recipe: str, backend: str) -> tuple[Tensor, Tensor, Tensor]:
-    """dq [Tq, Hq, D], dk, dv [Tk, Hkv, D] in dout's dtype; saved: the forward's third output."""
-    spec = _spec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size, recipe)
-    with torch.autocast(dout.device.type, enabled=False):
-        if backend == "triton":
-            from .kernels import ops
-            return ops.backward(dout, out, ops.Residuals(*saved), spec)
-        from .reference.emulated import emulate_backward
-        q, k, v = saved
-        dq, dk, dv = emulate_backward(_emulate_forward(q, k, v, spec), dout.contiguous())
-        return dq.to(dout.dtype), dk.to(dout.dtype), dv.to(dout.dtype)
+    """``_backward`` as an op."""
+    return _backward(dout, out, saved, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
+                     window_size, recipe, backend)
 
 
 @attention_backward.register_fake
@@ -98,21 +115,45 @@ def _setup_context(ctx, inputs, output):
     ctx.call = inputs[3:]
     ctx.save_for_backward(out, *saved)
     ctx.mark_non_differentiable(lse, *saved)
+    ctx.set_materialize_grads(False)  # no zero gradients for lse and the residuals
 
 
-def _backward(ctx, dout, _dlse, _dsaved):
+def _op_backward(ctx, dout, _dlse, _dsaved):
     out, *saved = ctx.saved_tensors
     dq, dk, dv = attention_backward(dout, out, saved, *ctx.call)
     return (dq, dk, dv) + (None,) * len(_CALL_ARGS)
 
 
-attention_forward.register_autograd(_backward, setup_context=_setup_context)
+attention_forward.register_autograd(_op_backward, setup_context=_setup_context)
+
+
+class _EagerAttention(torch.autograd.Function):
+    """The ops' implementations without torch.library's dispatch, for calls outside
+    torch.compile: its wrappers cost about 2 ms of host time per training call (H200,
+    benchmarks/host_overhead.py), more than the launches themselves. Same functions, same bits."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, *call):
+        out, lse, saved = _forward(q, k, v, *call)
+        ctx.call = call
+        ctx.save_for_backward(out, *saved)
+        ctx.mark_non_differentiable(lse)
+        ctx.set_materialize_grads(False)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        out, *saved = ctx.saved_tensors
+        return (*_backward(dout, out, saved, *ctx.call), *(None,) * len(_CALL_ARGS))
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, backend: str) -> tuple[Tensor, Tensor]:
-    """out [Tq, Hq, D] in q's dtype and lse [Hq, Tq] fp32 (not differentiable) through the
-    custom ops; spec is resolved (``AttnSpec``), backend "triton" or "reference"."""
-    out, lse, _ = attention_forward(q, k, v, spec.cu_seqlens_q, spec.cu_seqlens_k, spec.max_seqlen_q,
-                                    spec.max_seqlen_k, spec.causal, spec.softmax_scale, list(spec.window_size),
-                                    spec.recipe.key, backend)
-    return out, lse
+    """out [Tq, Hq, D] in q's dtype and lse [Hq, Tq] fp32 (not differentiable); spec is
+    resolved (``AttnSpec``), backend "triton" or "reference". Under torch.compile the custom
+    ops, else ``_EagerAttention``."""
+    call = (spec.cu_seqlens_q, spec.cu_seqlens_k, spec.max_seqlen_q, spec.max_seqlen_k, spec.causal,
+            spec.softmax_scale, list(spec.window_size), spec.recipe.key, backend)
+    if torch.compiler.is_compiling():
+        out, lse, _ = attention_forward(q, k, v, *call)
+        return out, lse
+    return _EagerAttention.apply(q, k, v, *call)
