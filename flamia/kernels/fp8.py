@@ -114,6 +114,14 @@ def to_e4m3(x, INTERPRET: tl.constexpr):
 
 
 @triton.jit
+def inf_to_nan(x):
+    """x with +-inf replaced by NaN, for the quantizers' scaled inputs: the GPU's fp32 -> E4M3
+    conversion saturates inf to 448, which would turn a non-finite input into a finite one;
+    torch's cast (the emulator's) gives NaN, and so does this."""
+    return tl.where(x - x == 0, x, float("nan"))
+
+
+@triton.jit
 def maybe_masked_load(ptrs, mask, other, MASK: tl.constexpr):
     """tl.load, masked (fill ``other``) only when MASK: tiles and steps known to lie inside
     their document compile without the mask and its predicates."""

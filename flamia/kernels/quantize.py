@@ -24,7 +24,7 @@ import triton.language as tl
 from ..formats.hadamard import HADAMARD_DIMS
 from ..validation import INPUT_DTYPES
 from .configs import QUANTIZER
-from .fp8 import block_exponents, interpreting, pow2, to_e4m3
+from .fp8 import block_exponents, inf_to_nan, interpreting, pow2, to_e4m3
 from .hadamard import rotate
 from .layout import (T_ALIGN, aligned_starts, check_operand, column_offsets, mma_token_order,
                      transposed_extent, unit_columns, zero_padding)
@@ -128,7 +128,7 @@ def _quantize_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seq
     b_x = tl.load(p_x + o_x, mask=m_t[:, None], other=0.0).to(tl.float32)  # [UNIT, D]
     b_x = rotate(b_x, inv_sqrt_d, HADAMARD_STAGES)
     b_e = block_exponents(b_x, BLOCK)  # [UNIT]
-    b_scaled = b_x * pow2(-b_e)[:, None]
+    b_scaled = inf_to_nan(b_x * pow2(-b_e)[:, None])
     tl.store(p_codes + o_x, to_e4m3(b_scaled, INTERPRET), mask=m_t[:, None])
     tl.store(p_exps + o_t * H + h, b_e.to(tl.int8), mask=m_t)
     if TRANSPOSED:
@@ -138,7 +138,8 @@ def _quantize_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seq
             # Re-read x in the transposed layout (an L2 hit) instead of transposing registers:
             # Triton 3.6 miscompiles the register transpose of an unrotated tile (wrong codes),
             # while the rotated tile's (after the butterflies) stores right ones.
-            b_t = tl.load(p_x + tl.trans(o_x), mask=m_t[None, :], other=0.0).to(tl.float32) * pow2(-b_e)[None, :]
+            b_t = inf_to_nan(tl.load(p_x + tl.trans(o_x), mask=m_t[None, :], other=0.0).to(tl.float32)
+                             * pow2(-b_e)[None, :])
         _store_transposed(p_codes_t, b_t, _unit_cols(cu_seqlens, cu_seqlens_t, doc, unit, UNIT, T_ALIGN), h, T_t, D,
                           INTERPRET)
 
@@ -159,7 +160,7 @@ def _quantize_grad_output_kernel(p_do, p_o, p_ro, p_do_codes, p_do_exps, p_dot_t
     o_x = _row_offsets(o_t, h, H, D)  # [STEP, D]
     b_do = tl.load(p_do + o_x, mask=m_t[:, None], other=0.0).to(tl.float32)  # [STEP, D]
     b_e = block_exponents(b_do, BLOCK)  # [STEP]
-    b_codes = to_e4m3(b_do * pow2(-b_e)[:, None], INTERPRET)
+    b_codes = to_e4m3(inf_to_nan(b_do * pow2(-b_e)[:, None]), INTERPRET)
     tl.store(p_do_codes + o_x, b_codes, mask=m_t[:, None])
     tl.store(p_do_exps + o_t * H + h, b_e.to(tl.int8), mask=m_t)
     # D from the same quantized dO that dP uses: (codes * 2^edO) * O, summed over the head dim.
@@ -170,7 +171,7 @@ def _quantize_grad_output_kernel(p_do, p_o, p_ro, p_do_codes, p_do_exps, p_dot_t
     b_ro = tl.load(p_ro + h * T + o_t, mask=m_t, other=0.0)  # [STEP]
     b_dot = b_do * b_ro[:, None]
     b_et = block_exponents(b_dot, STEP)
-    b_dot = b_dot * pow2(-b_et)[:, None]
+    b_dot = inf_to_nan(b_dot * pow2(-b_et)[:, None])
     tl.store(p_dot_exps + o_t * H + h, b_et.to(tl.int8), mask=m_t)
     _store_transposed(p_dot_t, tl.trans(b_dot), _unit_cols(cu_seqlens, cu_seqlens_t, doc, unit, STEP, T_ALIGN), h,
                       T_t, D, INTERPRET)

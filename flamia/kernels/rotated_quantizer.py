@@ -21,7 +21,7 @@ which the CPU suite checks the same way.
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from .fp8 import block_exponents, pow2, to_e4m3
+from .fp8 import block_exponents, inf_to_nan, pow2, to_e4m3
 from .hadamard import rotate
 from .layout import column_offsets, mma_token_order, unit_columns, zero_padding
 from .worklist import program_tile
@@ -92,7 +92,7 @@ def rotated_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqle
     b_x = gl.convert_layout(gl.load(p_x + o_x, mask=m_x, other=0.0), ROWS)  # [UNIT, D]
     b_x = rotate(b_x.to(gl.float32), inv_sqrt_d, HADAMARD_STAGES)
     b_e = gl.convert_layout(block_exponents(b_x, BLOCK), gl.SliceLayout(1, ROWS))  # [UNIT]
-    b_scaled = b_x * pow2(-b_e)[:, None]  # [UNIT, D]
+    b_scaled = inf_to_nan(b_x * pow2(-b_e)[:, None])  # [UNIT, D]
     # [UNIT] this unit's columns of codes_t, valid up to its document's next multiple of T_ALIGN
     o_c, m_c = unit_columns(cu_seqlens_t, doc, (end - start).to(gl.int32),
                             unit * UNIT + gl.arange(0, UNIT, layout=gl.SliceLayout(0, COLS)), T_ALIGN)
