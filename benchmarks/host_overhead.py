@@ -22,6 +22,7 @@ import torch
 
 from flamia.bench.jobs import autograd_job
 from flamia.bench.peers_torch import fa2_job
+from flamia.bench.timing import cuda_clock
 from flamia.bench.workloads import WORKLOADS, make_case
 from flamia.workload import as_attention
 
@@ -38,16 +39,6 @@ def providers(case):
     return {"flamia mxfp8": autograd_job(flamia_call, i, "train"), "FA2": fa2_job(case, "train")}
 
 
-def gpu_ms(job, calls: int) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(calls):
-        job()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / calls
-
-
 def graphed_ms(job, calls: int) -> float:
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
@@ -56,7 +47,7 @@ def graphed_ms(job, calls: int) -> float:
         with torch.cuda.graph(graph, stream=stream):
             job()
         torch.cuda.synchronize()
-        return statistics.median(gpu_ms(graph.replay, calls) for _ in range(3))
+        return statistics.median(cuda_clock(graph.replay, calls) for _ in range(3))
 
 
 def host_ms(job, calls: int) -> float:
@@ -88,7 +79,7 @@ def measure(names: list[str]) -> list[dict]:
             for _ in range(3):
                 job()  # compile and warm up
             torch.cuda.synchronize()
-            eager = statistics.median(gpu_ms(job, 10) for _ in range(3))
+            eager = statistics.median(cuda_clock(job, 10) for _ in range(3))
             row = dict(workload=name, provider=provider, graphed_ms=graphed_ms(job, 10), eager_ms=eager,
                        host_ms=host_ms(job, 10), launches=launches(job))
             row["eager_over_graphed"] = row["eager_ms"] / row["graphed_ms"]
