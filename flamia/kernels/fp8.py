@@ -7,7 +7,9 @@ the launchers pass):
 - its ``tl.dot`` on low-precision operands is unreliable, so operands are upcast to fp32;
 - its fp32 -> bf16 cast truncates, so values are first rounded on their bits;
 - it cannot run inline PTX, so ``e4m3_grid`` rounds there in fp32 arithmetic instead, and
-  ``mul_rn`` multiplies plainly (numpy rounds each product on its own anyway).
+  ``mul_rn`` multiplies plainly (numpy rounds each product on its own anyway);
+- before Triton 3.7 it turns a runtime loop bound into an int with ``int()`` of a one-element
+  array, which numpy 2.4 refuses (triton-lang/triton#9171): ``_patch_scalar_index``.
 """
 import os
 
@@ -24,6 +26,24 @@ E4M3_MQ = tl.constexpr(0x600000)
 def interpreting() -> bool:
     """True when Triton kernels run on the CPU interpreter (TRITON_INTERPRET=1)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _patch_scalar_index() -> None:
+    """Give the interpreter's scalar tensors an ``__index__`` that reads their one element
+    (Triton < 3.7, whose own conversion numpy 2.4 refuses)."""
+    from triton.runtime import interpreter
+
+    patch_tensor = interpreter._patch_lang_tensor
+
+    def patch(tensor, scope):
+        patch_tensor(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.item()))
+
+    interpreter._patch_lang_tensor = patch
+
+
+if interpreting() and tuple(int(x) for x in triton.__version__.split(".")[:2]) < (3, 7):
+    _patch_scalar_index()
 
 
 @triton.jit
