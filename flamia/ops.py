@@ -2,10 +2,11 @@
 ``flamia::attention_backward``, joined by ``register_autograd``.
 
 torch.compile sees one opaque op per direction: Dynamo does not trace Triton's launcher, and
-Inductor cannot wrap the Gluon kernels. Eager calls take the same implementations through a
-plain autograd.Function (``_EagerAttention``), which costs less host time. Each op takes the call's description flattened into
-the types an op schema allows (the recipe as its ``Recipe.key``) and rebuilds the
-``AttnSpec`` that the backends take. Fake implementations give shapes and dtypes only.
+Inductor cannot wrap the Gluon kernels. Each op takes the call's ``AttnSpec`` flattened into
+the types an op schema allows (the recipe as its ``Recipe.key``) and rebuilds it; fake
+implementations give shapes and dtypes only. Eager calls hand the spec itself to the same
+implementations through a plain autograd.Function (``_EagerAttention``), which costs less
+host time.
 
 Backends: "triton" (``kernels/ops.py``: the backward reads the forward's quantized operands)
 and "reference" (the emulator, ``reference/emulated.py``: its backward recomputes the
@@ -26,6 +27,12 @@ def _recipe(key: str) -> Recipe:
     return Recipe.from_key(key)
 
 
+def _flat(spec: AttnSpec) -> tuple:
+    """The spec as the ops' arguments after the tensors (``_spec`` inverts it)."""
+    return (spec.cu_seqlens_q, spec.cu_seqlens_k, spec.max_seqlen_q, spec.max_seqlen_k, spec.causal,
+            spec.softmax_scale, list(spec.window_size), spec.recipe.key)
+
+
 def _spec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size,
           recipe) -> AttnSpec:
     return AttnSpec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
@@ -39,11 +46,9 @@ def _emulate_forward(q, k, v, spec: AttnSpec):
                            recipe=spec.recipe)
 
 
-def _forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size,
-             recipe, backend):
+def _forward(q, k, v, spec: AttnSpec, backend: str):
     """(out [Tq, Hq, D] in q's dtype, lse [Hq, Tq] fp32, what the backward reads: the triton
     backend's ``Residuals``, or q, k, v for the reference backend)."""
-    spec = _spec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size, recipe)
     with torch.autocast(q.device.type, enabled=False):
         if backend == "triton":
             from .kernels import ops
@@ -53,10 +58,8 @@ def _forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, ca
         return fwd.out, fwd.lse, [q, k, v]
 
 
-def _backward(dout, out, saved, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
-              window_size, recipe, backend):
+def _backward(dout, out, saved, spec: AttnSpec, backend: str):
     """dq [Tq, Hq, D], dk, dv [Tk, Hkv, D] in dout's dtype; saved: ``_forward``'s third output."""
-    spec = _spec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size, recipe)
     with torch.autocast(dout.device.type, enabled=False):
         if backend == "triton":
             from .kernels import ops
@@ -71,11 +74,17 @@ def _backward(dout, out, saved, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_se
 def attention_forward(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
                       max_seqlen_q: int, max_seqlen_k: int, causal: bool, softmax_scale: float,
                       window_size: list[int], recipe: str, backend: str) -> tuple[Tensor, Tensor, list[Tensor]]:
-    """``_forward`` as an op; its outputs may not alias its inputs, so the reference backend's
-    q, k, v leave as copies."""
-    out, lse, saved = _forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
-                               window_size, recipe, backend)
-    return out, lse, saved if backend == "triton" else [x.clone() for x in saved]
+    """``_forward`` as an op. Its outputs may not alias its inputs or each other, so what
+    does leaves as a copy: the reference backend's q, k, v, and the triton backend's key-side
+    document starts when both sides share cu_seqlens."""
+    spec = _spec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size, recipe)
+    out, lse, saved = _forward(q, k, v, spec, backend)
+    seen = {id(x) for x in (q, k, v, cu_seqlens_q, cu_seqlens_k)}
+    unique = []
+    for x in saved:
+        unique.append(x.clone() if id(x) in seen else x)
+        seen.add(id(x))
+    return out, lse, unique
 
 
 @attention_forward.register_fake
@@ -95,8 +104,8 @@ def attention_backward(dout: Tensor, out: Tensor, saved: list[Tensor], cu_seqlen
                        max_seqlen_q: int, max_seqlen_k: int, causal: bool, softmax_scale: float,
                        window_size: list[int], recipe: str, backend: str) -> tuple[Tensor, Tensor, Tensor]:
     """``_backward`` as an op."""
-    return _backward(dout, out, saved, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
-                     window_size, recipe, backend)
+    spec = _spec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size, recipe)
+    return _backward(dout, out, saved, spec, backend)
 
 
 @attention_backward.register_fake
@@ -133,9 +142,9 @@ class _EagerAttention(torch.autograd.Function):
     benchmarks/host_overhead.py), more than the launches themselves. Same functions, same bits."""
 
     @staticmethod
-    def forward(ctx, q, k, v, *call):
-        out, lse, saved = _forward(q, k, v, *call)
-        ctx.call = call
+    def forward(ctx, q, k, v, spec: AttnSpec, backend: str):
+        out, lse, saved = _forward(q, k, v, spec, backend)
+        ctx.spec, ctx.backend = spec, backend
         ctx.save_for_backward(out, *saved)
         ctx.mark_non_differentiable(lse)
         ctx.set_materialize_grads(False)
@@ -144,16 +153,14 @@ class _EagerAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, _dlse):
         out, *saved = ctx.saved_tensors
-        return (*_backward(dout, out, saved, *ctx.call), *(None,) * len(_CALL_ARGS))
+        return (*_backward(dout, out, saved, ctx.spec, ctx.backend), None, None)
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, backend: str) -> tuple[Tensor, Tensor]:
     """out [Tq, Hq, D] in q's dtype and lse [Hq, Tq] fp32 (not differentiable); spec is
     resolved (``AttnSpec``), backend "triton" or "reference". Under torch.compile the custom
     ops, else ``_EagerAttention``."""
-    call = (spec.cu_seqlens_q, spec.cu_seqlens_k, spec.max_seqlen_q, spec.max_seqlen_k, spec.causal,
-            spec.softmax_scale, list(spec.window_size), spec.recipe.key, backend)
     if torch.compiler.is_compiling():
-        out, lse, _ = attention_forward(q, k, v, *call)
+        out, lse, _ = attention_forward(q, k, v, *_flat(spec), backend)
         return out, lse
-    return _EagerAttention.apply(q, k, v, *call)
+    return _EagerAttention.apply(q, k, v, spec, backend)

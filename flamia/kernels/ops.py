@@ -84,9 +84,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         vq.cu_seqlens_t, causal=spec.causal, window_size=spec.window_size,
         softmax_scale=spec.softmax_scale, tau=recipe.tau, sigma=recipe.sigma, scale_block=block, tiles=tiles,
         key_rec=key_rec)
-    # Outputs of a custom op may not alias each other: one document-starts tensor per side.
     res = Residuals(qq.codes, qq.codes_t, qq.exps, kq.codes, kq.codes_t, kq.exps, vq.codes, vq.exps,
-                    cu_qt, cu_kt.clone() if shared else cu_kt, key_rec, m, ro, pv)
+                    cu_qt, cu_kt, key_rec, m, ro, pv)
     return out.to(q.dtype), lse, res
 
 
