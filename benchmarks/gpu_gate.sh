@@ -2,7 +2,7 @@
 # The GPU gate: everything a change to the kernels must pass on a Hopper machine, in one call
 # under ~9 minutes (H200), with a PASS/FAIL summary table at the end.
 #
-#   benchmarks/gpu_gate.sh [--quick]        (from anywhere; it runs from the repository root)
+#   benchmarks/gpu_gate.sh [--quick] [--triton BUNDLE]   (from anywhere; runs from the repository root)
 #
 # Steps, each under its own timeout and all under one budget (GATE_BUDGET_S, default 540 s:
 # a step that the budget no longer fits is not run and counts as failed):
@@ -28,17 +28,30 @@
 # $PYTHON if set; compute-sanitizer is $COMPUTE_SANITIZER, else the one on PATH, else
 # /usr/local/cuda/bin/compute-sanitizer. TRITON_PTXAS_PATH and the rest of the environment
 # pass through unchanged.
+# --triton BUNDLE: run on the Triton that users get instead of the machine's, from a stripped
+# wheel tree built by ../shared/wheels/build_triton_bundle.sh (tar.xz): unpacked and put first
+# on PYTHONPATH, with the machine's CUDA ptxas (the bundle has none).
 set -uo pipefail
 
-usage() { sed -n '2,30p' "$0" >&2; exit 2; }
+usage() { sed -n '2,36p' "$0" >&2; exit 2; }
 quick=0
-for arg in "$@"; do
-    case "$arg" in
+bundle=
+while [[ $# -gt 0 ]]; do
+    case "$1" in
         --quick) quick=1 ;;
+        --triton) [[ $# -ge 2 ]] || usage; bundle=$(realpath "$2"); shift ;;
         -h|--help) usage ;;
-        *) echo "gpu_gate.sh: unknown argument '$arg'" >&2; usage ;;
+        *) echo "gpu_gate.sh: unknown argument '$1'" >&2; usage ;;
     esac
+    shift
 done
+if [[ -n $bundle ]]; then
+    [[ -f $bundle ]] || { echo "gpu_gate.sh: --triton: no such bundle '$bundle'" >&2; exit 2; }
+    triton_dir=$(mktemp -d)
+    tar xJf "$bundle" -C "$triton_dir" || { echo "gpu_gate.sh: --triton: cannot unpack '$bundle'" >&2; exit 2; }
+    export PYTHONPATH="$triton_dir${PYTHONPATH:+:$PYTHONPATH}" TRITON_BACKENDS_IN_TREE=1 \
+        TRITON_PTXAS_PATH=${TRITON_PTXAS_PATH:-/usr/local/cuda/bin/ptxas}
+fi
 
 cd "$(dirname "$0")/.."
 root=$PWD
