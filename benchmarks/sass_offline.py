@@ -137,13 +137,30 @@ def compile_launch(launch: dict, seen: dict):
     source = GluonASTSource if isinstance(fn, GluonJITFunction) else ASTSource
     src = source(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
-    return compiled.asm["cubin"], label
+    return compiled.asm, label
 
 
 def _tool(name: str) -> str:
     import triton
     path = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
     return path if os.path.exists(path) else name
+
+
+def ptxas_warnings(ptx: str) -> list[str]:
+    """ptxas's warnings on the kernel's PTX, which Triton does not show: C7512 says every
+    wgmma of the kernel was serialized (each waits for the one before)."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "kernel.ptx")
+        with open(path, "w") as f:
+            f.write(ptx)
+        from triton.backends.nvidia.compiler import get_ptxas
+        ptxas = get_ptxas(90).path  # the ptxas Triton itself compiles sm_90a with
+        run = subprocess.run([ptxas, "-arch=sm_90a", "-v", path, "-o", os.path.join(d, "kernel.cubin")],
+                             capture_output=True, text=True)
+    lines = (run.stdout + run.stderr).splitlines()
+    if run.returncode:
+        raise RuntimeError("ptxas failed on the kernel's PTX:\n" + "\n".join(lines[-20:]))
+    return [line.strip() for line in lines if "warning" in line.lower()]
 
 
 def read_sass(cubin: bytes) -> dict:
@@ -195,13 +212,14 @@ def main(argv=None) -> int:
     for launch in json.loads(recorded):
         if not re.search(args.kernels, launch["kernel"]):
             continue
-        cubin, label = compile_launch(launch, seen)
-        if cubin is None:
+        asm, label = compile_launch(launch, seen)
+        if asm is None:
             continue
-        report[label] = read_sass(cubin)
-        r = report[label]
+        report[label] = r = {**read_sass(asm["cubin"]), "ptxas_warnings": ptxas_warnings(asm["ptx"])}
         print(f"{label}: {r['regs']} registers, {r['stack_bytes']} B stack, {r['LDL/STL']} LDL/STL, "
               f"{r['QGMMA']} QGMMA, {r['instructions']} instructions", flush=True)
+        for warning in r["ptxas_warnings"]:
+            print(f"  ptxas: {warning}", flush=True)
         if r["mma_loops"]:
             print(f"  loops with an MMA: {r['mma_loops']} instructions; the smallest: "
                   + ", ".join(f"{op} {n}" for op, n in list(r["inner_loop"]["opcodes"].items())[:24]), flush=True)

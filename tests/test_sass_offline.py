@@ -1,6 +1,6 @@
 """benchmarks/sass_offline.py: the attention kernels compile for Hopper (sm_90a) without a GPU,
 with the launch arguments of a real training call, and both of each kernel's products are FP8
-wgmma (QGMMA) in the SASS, inside its step loops."""
+wgmma (QGMMA) in the SASS, inside its step loops, which ptxas did not serialize (C7512)."""
 import json
 import shutil
 import sys
@@ -27,6 +27,8 @@ def test_attention_kernels_use_fp8_wgmma(tmp_path):
         step = r["inner_loop"]["opcodes"]  # the unmasked step loop's opcode counts
         assert r["QGMMA"] > 0 and step.get("QGMMA", 0) >= 2, f"{label}: the step loop's products are not FP8 wgmma"
         assert "HMMA" not in step and "HGMMA" not in step, f"{label}: a 16-bit MMA in the step loop"
+        serialized = [w for w in r["ptxas_warnings"] if "C7512" in w]
+        assert not serialized, f"{label}: ptxas serialized every wgmma: {serialized}"
 
 
 @needs_cuobjdump
