@@ -138,8 +138,8 @@ attention_forward.register_autograd(_op_backward, setup_context=_setup_context)
 
 class _EagerAttention(torch.autograd.Function):
     """The ops' implementations without torch.library's dispatch, for calls outside
-    torch.compile: its wrappers cost about 2 ms of host time per training call (H200,
-    benchmarks/host_overhead.py), more than the launches themselves. Same functions, same bits."""
+    torch.compile: its wrappers cost more host time than the launches themselves
+    (docs/PERFORMANCE.md, host time). Same functions, same bits."""
 
     @staticmethod
     def forward(ctx, q, k, v, spec: AttnSpec, backend: str):
