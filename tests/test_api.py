@@ -269,3 +269,30 @@ def test_autocast_leaves_the_emulator_numerics_alone():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         cast = flamia.flash_attn_varlen_func(q, k, v, cu, cu, 23, 23, causal=True, recipe="bf16")
     assert torch.equal(plain, cast)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's path; on the GPU: tests/test_compile.py")
+def test_triton_backend_compiles_with_eager_bits():
+    """The triton backend's custom ops under torch.compile(fullgraph=True): their fake
+    residuals match the real ones, and out and every gradient equal the eager path's. Without
+    CUDA the Triton twins of the kernels run on the interpreter (through flamia.ops, since the
+    public API refuses the triton backend on CPU tensors)."""
+    from flamia.ops import attention
+    from flamia.spec import AttnSpec
+
+    g = torch.Generator().manual_seed(2)
+    cu = torch.tensor([0, 37, 38, 100], dtype=torch.int32)
+    spec = AttnSpec(cu, cu, 62, 62, True, 64 ** -0.5, (-1, -1), RECIPES["mxfp8"])
+    q, k, v = (torch.randn(100, 2, 64, generator=g).bfloat16().requires_grad_() for _ in range(3))
+    do = torch.randn(100, 2, 64, generator=g).bfloat16()
+
+    def step(q, k, v):
+        return attention(q, k, v, spec, "triton")[0]
+
+    torch._dynamo.reset()
+    results = []
+    for fn in (step, torch.compile(step, fullgraph=True)):
+        out = fn(q, k, v)
+        results.append((out.detach(), *torch.autograd.grad(out, (q, k, v), do)))
+    for name, eager, compiled in zip(("out", "dq", "dk", "dv"), *results):
+        assert torch.equal(eager, compiled), name
