@@ -116,12 +116,10 @@ class DocumentAttention(nn.Module):
         q, k, v = _one_dtype(q, k, v)
         args = dict(causal=self.causal, softmax_scale=self.softmax_scale, window_size=self.window_size,
                     recipe=self.recipe, backend=self.backend)
-        # Autocast would recast the emulator's fp32 arithmetic; the dtype is chosen above.
-        with torch.autocast(q.device.type, enabled=False):
-            if cu_seqlens is None:
-                return flash_attn_func(q, k, v, **args)
-            out = flash_attn_varlen_func(_packed(q), _packed(k), _packed(v), cu_seqlens, cu_seqlens,
-                                         max_seqlen, max_seqlen, **args)
+        if cu_seqlens is None:
+            return flash_attn_func(q, k, v, **args)
+        out = flash_attn_varlen_func(_packed(q), _packed(k), _packed(v), cu_seqlens, cu_seqlens,
+                                     max_seqlen, max_seqlen, **args)
         return out.view(q.shape)
 
 

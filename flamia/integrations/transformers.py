@@ -147,28 +147,26 @@ def flamia_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: 
     if v_head_dim != head_dim:
         v = torch.nn.functional.pad(v, (0, head_dim - v_head_dim))
 
-    # Autocast would recast the emulator's fp32 arithmetic; the dtype is chosen above.
-    with torch.autocast(q.device.type, enabled=False):
-        if attention_mask is not None:
-            rows_q, rows_k, cu_q, cu_k, max_q, max_k = _unpadding_of(attention_mask, q_len)
-            k, v = k[:, :attention_mask.shape[1]], v[:, :attention_mask.shape[1]]  # a static cache may be longer
-            packed = flash_attn_varlen_func(q.flatten(0, 1)[rows_q], k.flatten(0, 1)[rows_k],
-                                            v.flatten(0, 1)[rows_k], cu_q, cu_k, max_q, max_k, **args)
-            out = packed.new_zeros(batch * q_len, *packed.shape[1:]).index_copy(0, rows_q, packed)
-        elif cu_seq_lens_q is not None and max_length_q is not None:
-            cu_q = _cu_q_of(cu_seq_lens_q)
-            cu_k = cu_q if cu_seq_lens_k is None or cu_seq_lens_k is cu_seq_lens_q else _cu_k_of(cu_seq_lens_k)
-            max_q = _host_int(max_length_q, _max_q_of)
-            max_k = (max_q if max_length_k is None or max_length_k is max_length_q
-                     else _host_int(max_length_k, _max_k_of))
-            out = flash_attn_varlen_func(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1), cu_q, cu_k,
-                                         max_q, max_k, **args)
-        elif position_ids is not None and q_len == k_len and position_ids.shape[-1] == q_len:
-            cu, max_len = _cu_seqlens_of(position_ids, batch)
-            out = flash_attn_varlen_func(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1), cu, cu,
-                                         max_len, max_len, **args)
-        else:
-            out = flash_attn_func(q, k, v, **args)
+    if attention_mask is not None:
+        rows_q, rows_k, cu_q, cu_k, max_q, max_k = _unpadding_of(attention_mask, q_len)
+        k, v = k[:, :attention_mask.shape[1]], v[:, :attention_mask.shape[1]]  # a static cache may be longer
+        packed = flash_attn_varlen_func(q.flatten(0, 1)[rows_q], k.flatten(0, 1)[rows_k],
+                                        v.flatten(0, 1)[rows_k], cu_q, cu_k, max_q, max_k, **args)
+        out = packed.new_zeros(batch * q_len, *packed.shape[1:]).index_copy(0, rows_q, packed)
+    elif cu_seq_lens_q is not None and max_length_q is not None:
+        cu_q = _cu_q_of(cu_seq_lens_q)
+        cu_k = cu_q if cu_seq_lens_k is None or cu_seq_lens_k is cu_seq_lens_q else _cu_k_of(cu_seq_lens_k)
+        max_q = _host_int(max_length_q, _max_q_of)
+        max_k = (max_q if max_length_k is None or max_length_k is max_length_q
+                 else _host_int(max_length_k, _max_k_of))
+        out = flash_attn_varlen_func(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1), cu_q, cu_k,
+                                     max_q, max_k, **args)
+    elif position_ids is not None and q_len == k_len and position_ids.shape[-1] == q_len:
+        cu, max_len = _cu_seqlens_of(position_ids, batch)
+        out = flash_attn_varlen_func(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1), cu, cu,
+                                     max_len, max_len, **args)
+    else:
+        out = flash_attn_func(q, k, v, **args)
     return out.view(batch, q_len, *out.shape[-2:])[..., :v_head_dim], None
 
 

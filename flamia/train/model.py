@@ -55,11 +55,8 @@ def flamia_attention(recipe: Recipe, backend: str | None) -> AttnFn:
     # (its document count and lengths change with every batch).
     @torch.compiler.disable
     def attend(q, k, v, batch: Batch) -> torch.Tensor:
-        # Autocast would turn the emulator's fp32 matmuls into bf16 ones.
-        with torch.autocast(q.device.type, enabled=False):
-            return flamia.flash_attn_varlen_func(
-                q, k, v, batch.cu_seqlens, batch.cu_seqlens, batch.max_seqlen, batch.max_seqlen,
-                causal=True, recipe=recipe, backend=backend)
+        return flamia.flash_attn_varlen_func(q, k, v, batch.cu_seqlens, batch.cu_seqlens, batch.max_seqlen,
+                                             batch.max_seqlen, causal=True, recipe=recipe, backend=backend)
     return attend
 
 
