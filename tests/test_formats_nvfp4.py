@@ -128,3 +128,25 @@ def test_power_of_two_e2m1_never_clamps():
 def test_bad_head_dim_names_the_argument():
     with pytest.raises(ValueError, match="x: NVFP4"):
         quantize_nvfp4(torch.ones(2, 3, 24))
+
+
+def test_row_scale_is_the_division():
+    """g = fl(amax / 2688), one IEEE division (the kernel's div_rn), not a multiply by the
+    rounded reciprocal, which differs in about 1 row in 5."""
+    x = _inputs(seed=5)
+    amax = x.abs().amax(-1)
+    g = quantize_nvfp4(x).g
+    # the quotient rounded once (in fp64 then to fp32: 53 >= 2 * 24 + 2 bits, so no double rounding)
+    g0 = torch.where(amax > 0, (amax.double() / 2688).float(), 1.0)
+    short = amax / (448 * g0) > 6
+    assert torch.equal(g, torch.where(short, torch.nextafter(g0, torch.tensor(float("inf"))), g0))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_equals_cpu_bitwise():
+    """The reference is the same function on every device (the CUDA kernels match it there)."""
+    x = _inputs(seed=6)
+    cpu, gpu = quantize_nvfp4(x), quantize_nvfp4(x.cuda())
+    for a, b in ((cpu.codes, gpu.codes), (cpu.scales, gpu.scales), (cpu.g, gpu.g)):
+        assert torch.equal(a, b.cpu())

@@ -52,7 +52,9 @@ def e4m3_round_up(x: torch.Tensor) -> torch.Tensor:
 def _row_scale(amax: torch.Tensor) -> torch.Tensor:
     """g from the row max, nudged up one ulp where the largest scale would not suffice."""
     one = torch.ones((), device=amax.device)
-    g = torch.where(amax > 0, amax / (E2M1_MAX * E4M3_MAX), one)
+    # A tensor divisor on amax's device: CUDA divides by a Python number as a multiply by its
+    # rounded reciprocal, which gives another g than the division for about 1 row in 5.
+    g = torch.where(amax > 0, amax / torch.full((), E2M1_MAX * E4M3_MAX, device=amax.device), one)
     short = amax / (E4M3_MAX * g) > E2M1_MAX
     return torch.where(short, torch.nextafter(g, torch.full_like(g, float("inf"))), g)
 

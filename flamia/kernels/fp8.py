@@ -6,6 +6,8 @@ the launchers pass):
   E4M3 grid in fp32 (bit-exact round-to-nearest-even), which makes the cast exact;
 - its ``tl.dot`` on low-precision operands is unreliable, so operands are upcast to fp32;
 - its fp32 -> bf16 cast truncates, so values are first rounded on their bits;
+- its bf16 -> fp32 cast renormalizes bf16 subnormals into wrong fp32 values (both formats
+  share the exponent range), so ``to_fp32`` moves the bits up 16 places instead;
 - it cannot run inline PTX, so ``e4m3_grid`` rounds there in fp32 arithmetic instead, and
   ``mul_rn`` multiplies plainly (numpy rounds each product on its own anyway);
 - before Triton 3.7 it turns a runtime loop bound into an int with ``int()`` of a one-element
@@ -131,6 +133,16 @@ def to_e4m3(x, INTERPRET: tl.constexpr):
     if INTERPRET:
         x = round_e4m3(x)
     return x.to(tl.float8e4nv)
+
+
+@triton.jit
+def to_fp32(x, INTERPRET: tl.constexpr):
+    """bf16, fp16 or fp32 -> fp32, exact for every value (bf16 subnormals too: on the
+    interpreter a bf16 is its fp32's upper 16 bits)."""
+    if INTERPRET:
+        if x.dtype == tl.bfloat16:
+            x = (x.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
+    return x.to(tl.float32)
 
 
 @triton.jit

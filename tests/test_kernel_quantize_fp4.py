@@ -1,0 +1,218 @@
+"""The fused NVFP4 quantizer (flamia/kernels/quantize_fp4.py) against its torch reference
+(flamia/formats/nvfp4.py's quantize_nvfp4, reference/operands_fp4.py's nvfp4_operand): packed
+codes, E4M3 scales and g bit for bit, and the Triton helpers of flamia/kernels/fp4.py against
+flamia.formats value by value. Without CUDA the kernels run on Triton's CPU interpreter."""
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from flamia.formats.e2m1 import e2m1_codes, e2m1_decode, pack_e2m1, unpack_e2m1
+from flamia.formats.e4m3 import E4M3_MAX
+from flamia.formats.hadamard import hadamard_transform
+from flamia.formats.nvfp4 import NVFP4_GROUP, e4m3_round_up, quantize_nvfp4
+from flamia.kernels.fp4 import e2m1_codes as e2m1_codes_kernel
+from flamia.kernels.fp4 import e4m3_round_up as e4m3_round_up_kernel
+from flamia.kernels.quantize_fp4 import quantize_nvfp4_operand
+from flamia.kernels.worklist import tile_list
+from flamia.reference.operands_fp4 import nvfp4_operand
+
+# The interpreter's numpy warns on the 0 / 0 and x / 0 of zero scales, which the kernel
+# computes where the reference does, and on the row max of a row that a NaN fills.
+pytestmark = pytest.mark.filterwarnings("ignore:(invalid value|divide by zero) encountered|All-NaN:RuntimeWarning")
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# Odd lengths, none a multiple of 16, a 1-token and an empty document: every document but the
+# first starts off the 16-token grid in the packed rows.
+LENGTHS = (37, 1, 0, 70, 9)
+ZERO_ROWS = slice(38, 70)  # the first 32 tokens of the 70-token document
+ZERO_HEAD = 1
+ZERO_GROUP = (slice(0, 20), 0, slice(16, 32))  # an all-zero 16-group inside nonzero rows
+TINY_ROW, SUBNORMAL_G_ROW = 5, 6  # in head 0
+HEADS = 2
+
+
+def _cu_seqlens(lengths) -> torch.Tensor:
+    return torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
+
+
+def _rows(lengths, heads: int, d: int, seed: int, dtype=torch.bfloat16) -> torch.Tensor:
+    """[T, H, D] normal values with outlier channels (x20, x50, x100), zero rows ZERO_ROWS of
+    head ZERO_HEAD, an all-zero group ZERO_GROUP, row TINY_ROW with a 1e6 outlier next to a
+    group holding only 1e-44 (fp32 inputs: its ratio to 6 g underflows to 0, so its zero scale
+    steps up to 2^-4), and row SUBNORMAL_G_ROW of magnitude 1e-37 (g is an fp32 subnormal)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(sum(lengths), heads, d, generator=g)
+    x[:, :, 3] *= 20
+    x[:, 0, d // 2] *= 50
+    x[:, 1, 17] *= 100
+    x[ZERO_ROWS, ZERO_HEAD] = 0
+    x[ZERO_GROUP] = 0
+    x[TINY_ROW, 0, 0] = 1e6
+    x[TINY_ROW, 0, 32:48] = 0
+    x[TINY_ROW, 0, 40] = 1e-44
+    x[SUBNORMAL_G_ROW, 0] *= 1e-37
+    return x.to(device=DEVICE, dtype=dtype)
+
+
+def _bits(x: torch.Tensor) -> torch.Tensor:
+    """fp32 bit patterns (int32), so that equal means bitwise equal, NaNs and zeros' signs included."""
+    return x.float().contiguous().view(torch.int32)
+
+
+def _assert_matches_reference(x: torch.Tensor, cu: torch.Tensor, hadamard: bool) -> None:
+    got = quantize_nvfp4_operand(x, cu, hadamard)
+    want = quantize_nvfp4(hadamard_transform(x) if hadamard else x.float())
+    total, heads, d = x.shape
+    assert got.codes.dtype == torch.uint8 and got.codes.shape == (total, heads, d // 2)
+    assert got.scales.dtype == torch.float8_e4m3fn and got.scales.shape == (total, heads, d // NVFP4_GROUP)
+    assert got.g.dtype == torch.float32 and got.g.shape == (total, heads)
+    assert torch.equal(got.codes, pack_e2m1(want.codes))
+    assert torch.equal(unpack_e2m1(got.codes), want.codes)  # the nibbles round-trip
+    assert torch.equal(_bits(got.scales), _bits(want.scales))
+    assert torch.equal(_bits(got.g), _bits(want.g))
+    # the emulator's operand: values code x scale and factor g
+    op = nvfp4_operand(x, rotate=hadamard)
+    values = e2m1_decode(unpack_e2m1(got.codes)) * got.scales.float().repeat_interleave(NVFP4_GROUP, -1)
+    assert torch.equal(_bits(values), _bits(op.codes)) and torch.equal(_bits(got.g), _bits(op.factor))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("hadamard", [False, True])
+@pytest.mark.parametrize("d", [64, 128])
+def test_matches_reference(d, hadamard, dtype):
+    x = _rows(LENGTHS, HEADS, d, seed=d + hadamard, dtype=dtype)
+    _assert_matches_reference(x, _cu_seqlens(LENGTHS), hadamard)
+
+
+def test_fp16_and_one_group_per_row():
+    """d = 16: one group per row; fp16 inputs (no tiny or huge rows: fp16 holds neither)."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(sum(LENGTHS), HEADS, 16, generator=g)
+    x[:, 0, 3] *= 50
+    x[ZERO_ROWS, ZERO_HEAD] = 0
+    _assert_matches_reference(x.to(device=DEVICE, dtype=torch.float16), _cu_seqlens(LENGTHS), False)
+
+
+def test_inputs_reach_every_branch():
+    """The data above exercises g's one-ulp bump, the zero scale stepped up from an
+    underflowed ratio, all-zero rows and groups, and a subnormal g."""
+    x = _rows(LENGTHS, HEADS, 64, seed=64, dtype=torch.float32)
+    got = quantize_nvfp4_operand(x, _cu_seqlens(LENGTHS))
+    amax = x.abs().amax(-1)
+    g0 = torch.where(amax > 0, amax / torch.full_like(amax, 2688.0), 1.0)
+    assert (got.g != g0).any()  # some row's g moved up one ulp
+    scales = got.scales.float()
+    assert scales[TINY_ROW, 0, 2] == 2.0**-4  # its ratio to 6 g is 0
+    assert (got.g[ZERO_ROWS, ZERO_HEAD] == 1).all() and not got.codes[ZERO_ROWS, ZERO_HEAD].any()
+    assert (scales[ZERO_GROUP[0], 0, 1] == 0).all() and not got.codes[ZERO_GROUP[0], 0, 8:16].any()
+    assert 0 < got.g[SUBNORMAL_G_ROW, 0] < torch.finfo(torch.float32).tiny
+
+
+def test_group_maxima_next_to_grid_multiples_of_the_row_scale():
+    """Group maxima within two fp32 ulps of s * 6 * g for every E4M3 s (tests/test_formats_nvfp4.py's
+    construction): there the ratio can land on the grid while the group maximum still scales
+    above 6, and the scale steps up once. One 32-element row per case, a document of them all."""
+    e4m3 = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    e4m3 = e4m3[torch.isfinite(e4m3) & (e4m3 > 0)].unique()
+    rows = []
+    for row_max in (0.37, 3.0, 7.0):
+        g = quantize_nvfp4(torch.full((1, NVFP4_GROUP), row_max)).g
+        t = (e4m3.double() * 6 * g.double()).float()
+        for direction in (0.0, 1e30):
+            for _ in range(2):
+                row = torch.zeros(len(t), 2 * NVFP4_GROUP)
+                row[:, 0], row[:, NVFP4_GROUP] = row_max, t.clamp(max=row_max)
+                rows.append(row)
+                t = torch.nextafter(t, torch.tensor(direction))
+    x = torch.cat(rows)[:, None, :].to(DEVICE)  # [T, 1, 32]
+    _assert_matches_reference(x, _cu_seqlens((x.shape[0],)), False)
+    got = quantize_nvfp4_operand(x, _cu_seqlens((x.shape[0],)))
+    amax16 = x.abs().unflatten(-1, (-1, NVFP4_GROUP)).amax(-1)
+    rounded_up = e4m3_round_up(amax16 / (6 * got.g[..., None])).clamp(max=E4M3_MAX)
+    assert (got.scales.float() > rounded_up).sum() > 10  # stepped up once
+
+
+@pytest.mark.parametrize("hadamard", [False, True])
+def test_non_finite_value_poisons_only_its_row(hadamard):
+    """A NaN or an Inf makes its row's g NaN; every other row is the clean input's, bitwise."""
+    cu = _cu_seqlens(LENGTHS)
+    x = _rows(LENGTHS, HEADS, 64, seed=9)
+    bad = x.clone()
+    bad[3, 0, 5] = float("nan")
+    bad[50, 1, 7] = float("inf")
+    got, clean = quantize_nvfp4_operand(bad, cu, hadamard), quantize_nvfp4_operand(x, cu, hadamard)
+    poisoned = torch.zeros(x.shape[:2], dtype=torch.bool, device=DEVICE)
+    poisoned[3, 0] = poisoned[50, 1] = True
+    assert got.g[poisoned].isnan().all()
+    assert torch.equal(_bits(got.g[~poisoned]), _bits(clean.g[~poisoned]))
+    assert torch.equal(got.codes[~poisoned], clean.codes[~poisoned])
+    assert torch.equal(_bits(got.scales[~poisoned]), _bits(clean.scales[~poisoned]))
+
+
+def test_reuses_a_work_list_and_no_tokens():
+    cu = _cu_seqlens(LENGTHS)
+    x = _rows(LENGTHS, HEADS, 64, seed=4)
+    work = tile_list(cu, x.shape[0], 32, reverse=False, empty_docs=True)
+    got, want = quantize_nvfp4_operand(x, cu, work=work), quantize_nvfp4_operand(x, cu)
+    assert torch.equal(got.codes, want.codes) and torch.equal(_bits(got.g), _bits(want.g))
+    empty = quantize_nvfp4_operand(x[:0], _cu_seqlens((0, 0)))
+    assert empty.codes.shape == (0, HEADS, 32) and empty.scales.shape == (0, HEADS, 4) and empty.g.shape == (0, HEADS)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda x, cu: quantize_nvfp4_operand(x[..., :48].contiguous(), cu), "x: head dim"),
+    (lambda x, cu: quantize_nvfp4_operand(x.transpose(0, 1), cu), "x: expected a contiguous"),
+    (lambda x, cu: quantize_nvfp4_operand(x.double(), cu), "x: expected a contiguous"),
+    (lambda x, cu: quantize_nvfp4_operand(x[..., :32].contiguous(), cu, hadamard=True), "hadamard"),
+    (lambda x, cu: quantize_nvfp4_operand(x, cu.long()), "cu_seqlens"),
+    (lambda x, cu: quantize_nvfp4_operand(x, cu, work=torch.zeros(2, 3, dtype=torch.int32, device=DEVICE)), "work"),
+])
+def test_invalid_arguments_are_named(call, match):
+    with pytest.raises(ValueError, match=match):
+        call(_rows(LENGTHS, HEADS, 64, seed=0), _cu_seqlens(LENGTHS))
+
+
+@triton.jit
+def _helpers_kernel(p_x, p_codes, p_up, n, BLOCK: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = o < n
+    x = tl.load(p_x + o, mask=m, other=0.0)
+    tl.store(p_codes + o, e2m1_codes_kernel(x), mask=m)
+    tl.store(p_up + o, e4m3_round_up_kernel(tl.abs(x)), mask=m)
+
+
+def _neighbours(values: torch.Tensor, ulps: int = 3) -> torch.Tensor:
+    """Each fp32 value and the ``ulps`` fp32 values on either side of it."""
+    bits = values.float().view(torch.int32)[:, None] + torch.arange(-ulps, ulps + 1, dtype=torch.int32)
+    return bits.flatten().view(torch.float32)
+
+
+def test_helpers_match_formats():
+    """e2m1_codes: every E2M1 value and midpoint (ties) and their fp32 neighbours, both signs,
+    beyond 6, inf, NaN; e4m3_round_up: every E4M3 value (subnormals too) and its neighbours,
+    fp32 subnormals, random values over 40 binades."""
+    e4m3 = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    e4m3 = e4m3[torch.isfinite(e4m3) & (e4m3 > 0)]
+    e2m1 = torch.tensor([0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 7.0])
+    g = torch.Generator().manual_seed(0)
+    spread = torch.rand(4096, generator=g) * 2.0 ** torch.randint(-30, 9, (4096,), generator=g).float()
+    x = torch.cat([_neighbours(e2m1), _neighbours(e4m3), spread.clamp(max=E4M3_MAX), torch.tensor([0.0, 1e-45, 1e-40])])
+    x = x[(x >= 0) & (x <= E4M3_MAX)]
+    x = torch.cat([x, -x[: x.numel() // 2]]).to(DEVICE)  # negative ones too (round-up reads |x|)
+    codes = torch.empty(x.shape, dtype=torch.int32, device=DEVICE)
+    up = torch.empty_like(x)
+    _helpers_kernel[(triton.cdiv(x.numel(), 1024),)](x, codes, up, x.numel(), BLOCK=1024)
+    assert torch.equal(codes, e2m1_codes(x).int())
+    assert torch.equal(_bits(up), _bits(e4m3_round_up(x.abs())))
+    special = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, -1e-30], device=DEVICE)
+    _helpers_kernel[(1,)](special, codes, up, special.numel(), BLOCK=1024)
+    assert codes[:5].tolist() == e2m1_codes(special).int().tolist() == [7, 7, 15, 0, 8]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("hadamard", [False, True])
+def test_real_size_matches_reference_on_gpu(hadamard):
+    lengths, heads, d = (1000, 4096, 333), 16, 128
+    _assert_matches_reference(_rows(lengths, heads, d, seed=7), _cu_seqlens(lengths), hadamard)
