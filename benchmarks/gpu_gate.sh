@@ -6,7 +6,8 @@
 #
 # Steps, each under its own timeout and all under one budget (GATE_BUDGET_S, default 540 s:
 # a step that the budget no longer fits is not run and counts as failed):
-#   gpu-tests      python3 -m pytest -q -m gpu tests/ --ignore=tests/test_peer_attention.py
+#   gpu-tests      benchmarks/gpu_tests.py tests/ --ignore=tests/test_peer_attention.py (the gpu
+#                  tests in 4 concurrent pytest processes)
 #   probe          flamia probe --recipe mxfp8           (verdict block-local or exact)
 #   probe-exact    flamia probe --recipe mxfp8 --exact   (verdict exact)
 #   accuracy       flamia accuracy --recipe mxfp8 on 4 x 4096 tokens, 16 heads, d=128, causal
@@ -88,7 +89,7 @@ if kind == "pytest":
                  + (f", {counts['skipped']} skipped" if counts.get("skipped") else ""))
     if rc == 5:
         notes.append("no test collected")
-    notes += [f"FAILED {m}" for m in re.findall(r"^FAILED (\S+)", text, re.M)[:3]]
+    notes += [f"FAILED {m}" for m in re.findall(r"^(?:\[\d+\] )?FAILED (\S+)", text, re.M)[:3]]
 elif kind in ("probe", "probe-exact"):
     verdicts = re.findall(r"^verdict: (.*)$", text, re.M)
     verdict = verdicts[0] if verdicts else "no verdict"
@@ -180,10 +181,10 @@ print("python", sys.version.split()[0], "torch", torch.__version__, "triton", tr
 } | tee "$out/header.txt"
 
 if [[ $quick == 1 ]]; then
-    step gpu-tests pytest 200 "$PY" -m pytest -q -m gpu tests/test_kernel_ops.py tests/test_nonfinite.py \
+    step gpu-tests pytest 200 "$PY" benchmarks/gpu_tests.py tests/test_kernel_ops.py tests/test_nonfinite.py \
         tests/test_gpu_properties.py
 else
-    step gpu-tests pytest 270 "$PY" -m pytest -q -m gpu tests/ --ignore=tests/test_peer_attention.py
+    step gpu-tests pytest 330 "$PY" benchmarks/gpu_tests.py tests/ --ignore=tests/test_peer_attention.py
 fi
 step probe probe 60 "$PY" -m flamia probe --recipe mxfp8
 step probe-exact probe-exact 60 "$PY" -m flamia probe --recipe mxfp8 --exact

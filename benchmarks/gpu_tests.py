@@ -1,0 +1,66 @@
+"""Run the gpu-marked tests in parallel pytest processes on one GPU, for the GPU gate.
+
+    python3 benchmarks/gpu_tests.py [--shards N] [PYTEST_ARGS...]   (default: tests/, 4 shards)
+
+The ~180 gpu tests spend most of their time in Python (the emulator they compare against,
+compiles, checks), not on the GPU, so one process leaves the GPU idle and the gate's budget
+short. The collected test ids are cut into N contiguous runs (a file's tests stay together,
+so their per-process caches and compiled kernels are shared) and run concurrently. Each
+shard's output goes to stdout prefixed with its number; the last line sums the counts in
+pytest's words ("N passed, M failed ...") for gpu_gate.sh to read. Exit status 0 when every
+shard passed.
+"""
+import argparse
+import re
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
+COUNTED = ("passed", "failed", "errors", "error", "skipped", "xfailed")
+
+
+def collect(args: list[str]) -> list[str]:
+    out = subprocess.run(PYTEST + ["-q", "--collect-only", "-m", "gpu", *args], capture_output=True, text=True)
+    ids = [line for line in out.stdout.splitlines() if "::" in line]
+    if out.returncode not in (0, 5):
+        sys.exit(f"gpu_tests: collection failed (exit {out.returncode}):\n{out.stdout[-3000:]}{out.stderr[-3000:]}")
+    return ids
+
+
+def run_shard(index: int, ids: list[str]) -> tuple[int, str]:
+    proc = subprocess.run(PYTEST + ["-q", "-m", "gpu", "--durations=5", *ids], capture_output=True, text=True)
+    text = proc.stdout + proc.stderr
+    print("".join(f"[{index}] {line}\n" for line in text.splitlines()), end="", flush=True)
+    return proc.returncode, text
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--shards", type=int, default=4, help="concurrent pytest processes (default 4)")
+    known, rest = parser.parse_known_args()
+    if known.shards < 1:
+        parser.error(f"--shards must be >= 1, got {known.shards}")
+    ids = collect(rest or ["tests/"])
+    if not ids:
+        print("no tests ran: 0 gpu tests collected")
+        return 5
+    n = min(known.shards, len(ids))
+    cuts = [round(i * len(ids) / n) for i in range(n + 1)]
+    start = time.perf_counter()
+    with ThreadPoolExecutor(n) as pool:
+        results = list(pool.map(run_shard, range(n), [ids[cuts[i]:cuts[i + 1]] for i in range(n)]))
+    totals: dict[str, int] = {}
+    for _, text in results:
+        summary = [line for line in text.splitlines() if re.search(r"\d+ (passed|failed|errors?|skipped|xfailed)\b.* in [\d.]+s", line)]
+        for count, word in re.findall(r"(\d+) (\w+)", summary[-1] if summary else ""):
+            if word in COUNTED:
+                totals[word] = totals.get(word, 0) + int(count)
+    words = ", ".join(f"{totals[w]} {w}" for w in COUNTED if totals.get(w)) or "no summary"
+    print(f"{words} in {time.perf_counter() - start:.1f}s ({len(ids)} tests, {n} shards)")
+    return 0 if all(rc == 0 for rc, _ in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
