@@ -7,7 +7,7 @@
 # Steps, each under its own timeout and all under one budget (GATE_BUDGET_S, default 540 s:
 # a step that the budget no longer fits is not run and counts as failed):
 #   gpu-tests      benchmarks/gpu_tests.py tests/ --ignore=tests/test_peer_attention.py (the gpu
-#                  tests in 4 concurrent pytest processes)
+#                  tests in 6 concurrent pytest processes)
 #   probe          flamia probe --recipe mxfp8           (verdict block-local or exact)
 #   probe-exact    flamia probe --recipe mxfp8 --exact   (verdict exact)
 #   accuracy       flamia accuracy --recipe mxfp8 on 4 x 4096 tokens, 16 heads, d=128, causal

@@ -1,11 +1,13 @@
 """Run the gpu-marked tests in parallel pytest processes on one GPU, for the GPU gate.
 
-    python3 benchmarks/gpu_tests.py [--shards N] [PYTEST_ARGS...]   (default: tests/, 4 shards)
+    python3 benchmarks/gpu_tests.py [--shards N] [PYTEST_ARGS...]   (default: tests/, 6 shards)
 
 The ~180 gpu tests spend most of their time in Python (the emulator they compare against,
 compiles, checks), not on the GPU, so one process leaves the GPU idle and the gate's budget
-short. The collected test ids are cut into N contiguous runs (a file's tests stay together,
-so their per-process caches and compiled kernels are shared) and run concurrently. Each
+short. The collected test ids are dealt round-robin into N shards that run concurrently:
+the slow tests sit together in a few files (compiles, property draws, the bench), so whole
+files or contiguous runs leave one shard with most of the time. Compiled kernels are shared
+through Triton's on-disk cache. Each
 shard's output goes to stdout prefixed with its number; the last line sums the counts in
 pytest's words ("N passed, M failed ...") for gpu_gate.sh to read. Exit status 0 when every
 shard passed.
@@ -38,7 +40,7 @@ def run_shard(index: int, ids: list[str]) -> tuple[int, str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--shards", type=int, default=4, help="concurrent pytest processes (default 4)")
+    parser.add_argument("--shards", type=int, default=6, help="concurrent pytest processes (default 6)")
     known, rest = parser.parse_known_args()
     if known.shards < 1:
         parser.error(f"--shards must be >= 1, got {known.shards}")
@@ -47,10 +49,9 @@ def main() -> int:
         print("no tests ran: 0 gpu tests collected")
         return 5
     n = min(known.shards, len(ids))
-    cuts = [round(i * len(ids) / n) for i in range(n + 1)]
     start = time.perf_counter()
     with ThreadPoolExecutor(n) as pool:
-        results = list(pool.map(run_shard, range(n), [ids[cuts[i]:cuts[i + 1]] for i in range(n)]))
+        results = list(pool.map(run_shard, range(n), [ids[i::n] for i in range(n)]))
     totals: dict[str, int] = {}
     for _, text in results:
         summary = [line for line in text.splitlines() if re.search(r"\d+ (passed|failed|errors?|skipped|xfailed)\b.* in [\d.]+s", line)]
