@@ -38,6 +38,7 @@ from .hadamard import rotate
 from .layout import check_operand, mma_token_order, transposed_extent
 from .records import block_key_records, key_records, query_fields, query_records, record_factors
 from .worklist import program_tile, tile_list
+from .launch import launch
 
 LOG2E = math.log2(math.e)
 
@@ -347,14 +348,14 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     if tiles.dkdv_gluon and not interpreting():
         descs = dkdv_descriptors(q_codes, do_codes, q_codes_t, dot_codes_t, records, k_codes, v_codes,
                                  tiles.bwd_block_m, tiles.bwd_block_n)
-        dkdv_gluon_kernel[(work.shape[1], hkv)](*descs, dot_exps, key_rec, cu_seqlens_q, cu_seqlens_k,
+        launch(dkdv_gluon_kernel, (work.shape[1], hkv), *descs, dot_exps, key_rec, cu_seqlens_q, cu_seqlens_k,
                                                 cu_seqlens_q_t, cu_seqlens_k_t, work, work.shape[1], dk, dv,
                                                 BM=tiles.bwd_block_m, BN=tiles.bwd_block_n, SCALE_BLOCK=scale_block,
                                                 STAGES=tiles.bwd_stages,
                                                 REC_L=query_record_layout(32),
                                                 num_warps=tiles.bwd_warps, maxnreg=tiles.dkdv_maxnreg, **gluon_args)
     else:
-        _dkdv_kernel[(work.shape[1], hkv)](q_codes, q_codes_t, k_codes, k_codes_t, v_codes, do_codes,
+        launch(_dkdv_kernel, (work.shape[1], hkv), q_codes, q_codes_t, k_codes, k_codes_t, v_codes, do_codes,
                                            dot_codes_t, dot_exps, records, key_rec,
                                            cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, work,
                                            work.shape[1], dk, dv, dq_sums,
@@ -366,17 +367,17 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
         # the dQ kernel's epilogue constants, from the same dict
         epilogue = {name: args[name] for name in ("scale", "inv_sqrt_d", "total_q", "heads_q", "D", "ROTATE_STAGES",
                                                   "INTERPRET")}
-        _dq_finish_kernel[grid](dq_sums, dq, BM=tiles.dq_block_m, **epilogue)
+        launch(_dq_finish_kernel, grid, dq_sums, dq, BM=tiles.dq_block_m, **epilogue)
         return dq, dk, dv
     work = tile_list(cu_seqlens_q, tq, tiles.dq_block_m, reverse=True)
     if tiles.dq_gluon and not interpreting():
         descs = dq_descriptors(q_codes, do_codes, k_codes, v_codes, k_codes_t, tiles.dq_block_m, tiles.dq_block_n)
-        dq_gluon_kernel[(work.shape[1], hq)](*descs, records, key_rec, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t,
-                                             cu_seqlens_k_t, work, work.shape[1], dq, BM=tiles.dq_block_m,
+        launch(dq_gluon_kernel, (work.shape[1], hq), *descs, records, key_rec, cu_seqlens_q, cu_seqlens_k,
+               cu_seqlens_q_t,                                             cu_seqlens_k_t, work, work.shape[1], dq, BM=tiles.dq_block_m,
                                              BN=tiles.dq_block_n, SCALE_BLOCK=scale_block, STAGES=tiles.dq_stages,
                                              num_warps=tiles.dq_warps, **gluon_args)
         return dq, dk, dv
-    _dq_kernel[(work.shape[1], hq)](q_codes, k_codes, k_codes_t, v_codes, do_codes, records, key_rec,
+    launch(_dq_kernel, (work.shape[1], hq), q_codes, k_codes, k_codes_t, v_codes, do_codes, records, key_rec,
                                     cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, work, work.shape[1],
                                     dq, tk_t=tk_t, BM=tiles.dq_block_m, BN=tiles.dq_block_n, SCALE_BLOCK=scale_block,
                                     num_warps=tiles.dq_warps, num_stages=tiles.dq_stages, **args)

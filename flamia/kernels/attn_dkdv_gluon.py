@@ -27,6 +27,8 @@ so dK and dV equal its bit for bit (the GPU test ``test_gluon_dkdv_equals_triton
 at 64- and at 32-query steps). dQ through atomics (``AttnTiles.dq_atomic``) stays with the
 Triton kernel.
 """
+import functools
+
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
@@ -39,6 +41,9 @@ from .hadamard import rotate
 from .layout import mma_token_order
 from .records import block_key_records, query_record_fields, record_factors
 from .worklist import program_tile
+
+# The query records' shared layout (int32 [BM, 4], unswizzled), built once for the host descriptors.
+_RECORDS_SHARED = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
 
 
 @gluon.jit
@@ -283,11 +288,11 @@ def dkdv_descriptors(q_codes, do_codes, q_codes_t, dot_codes_t, records, k_codes
     q, do, qt, dot = fp8_descriptors((q_codes.flatten(1), [block_m, d]), (do_codes.flatten(1), [block_m, d]),
                                      (q_codes_t.flatten(0, 1), [d, block_m]), (dot_codes_t.flatten(0, 1), [d, block_m]))
     k, v = fp8_descriptors((k_codes.flatten(1), [block_n, d]), (v_codes.flatten(1), [block_n, d]))
-    rec = TensorDescriptor.from_tensor(records.flatten(0, 1), [block_m, 4],
-                                       gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2))
+    rec = TensorDescriptor.from_tensor(records.flatten(0, 1), [block_m, 4], _RECORDS_SHARED)
     return q, do, qt, dot, rec, k, v
 
 
+@functools.lru_cache(maxsize=None)
 def query_record_layout(block_m: int):
     """The layout of a query step's [BM, 4] records in which each thread holds the 4 words of
     every query column it holds in the S^T accumulator (m64nBMk32 wgmma, 4 warps): one

@@ -29,6 +29,7 @@ from .fwd_math import finish_rows, program_geometry, scores_to_codes, visible_ke
 from .layout import check_operand, mma_token_order, transposed_extent
 from .records import key_records, packed_key_factors
 from .worklist import program_tile, tile_list
+from .launch import launch
 
 LOG2E = math.log2(math.e)
 HEAD_DIMS = (64, 128)
@@ -172,9 +173,9 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
     common = dict(TAU=tau, SIGMA=sigma, D=d, BM=tiles.fwd_block_m, BN=tiles.fwd_block_n, num_warps=tiles.fwd_warps)
     if tiles.fwd_gluon and not interpreting():
         q_desc, k_desc, vt_desc = operand_descriptors(q_codes, k_codes, v_codes_t, tiles.fwd_block_m, tiles.fwd_block_n)
-        attn_fwd_gluon_kernel[grid](q_desc, q_exps, k_desc, vt_desc, *rest, STAGES=tiles.fwd_stages,
+        launch(attn_fwd_gluon_kernel, grid, q_desc, q_exps, k_desc, vt_desc, *rest, STAGES=tiles.fwd_stages,
                                     SCALE_BLOCK=scale_block, **common)
     else:
-        _attn_fwd_kernel[grid](q_codes, q_exps, k_codes, v_codes_t, *rest, INTERPRET=interpreting(),
+        launch(_attn_fwd_kernel, grid, q_codes, q_exps, k_codes, v_codes_t, *rest, INTERPRET=interpreting(),
                                num_stages=tiles.fwd_stages, **common)
     return out, lse, m, ro

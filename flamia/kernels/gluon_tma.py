@@ -1,6 +1,8 @@
 """TMA plumbing shared by the Gluon attention kernels (``attn_fwd_gluon.py``, ``attn_dq_gluon.py``):
 the load's name across Triton versions, the warps of one warpgroup, the copy slots' mbarriers,
 and host descriptors of FP8 code tensors."""
+import functools
+
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
@@ -12,12 +14,18 @@ tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 WARPS = gl.constexpr(4)  # one warpgroup, 16 rows per warp: AttnTiles checks 64-row tiles
 
 
+@functools.lru_cache(maxsize=None)
+def fp8_layout(block: tuple):
+    """The NVMMA shared layout a wgmma operand of an FP8 ``block`` needs: built once per
+    block, as constructing it costs more host time than the launch that uses it."""
+    return gl.NVMMASharedLayout.get_default_for(list(block), gl.float8e4nv)
+
+
 def fp8_descriptors(*views):
     """Host TMA descriptors of 2-D float8_e4m3fn views, each given as (tensor, block shape),
     with the NVMMA shared layout a wgmma operand of that block needs. Rows and columns past
     a view's end read zeros."""
-    return tuple(TensorDescriptor.from_tensor(x, block, gl.NVMMASharedLayout.get_default_for(block, gl.float8e4nv))
-                 for x, block in views)
+    return tuple(TensorDescriptor.from_tensor(x, block, fp8_layout(tuple(block))) for x, block in views)
 
 
 @gluon.jit

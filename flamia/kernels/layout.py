@@ -28,6 +28,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .launch import launch
+
 T_ALIGN = 32  # tokens (= bytes of E4M3 codes): one 32-byte sector per row of a 32-token unit
 DOC_ALIGN = 128  # tokens: where documents start, a multiple of every kernel's step over tokens
 _DOC_ALIGN = tl.constexpr(DOC_ALIGN)
@@ -49,7 +51,7 @@ def aligned_starts(cu_seqlens: torch.Tensor) -> torch.Tensor:
     cu_seqlens int32 [num_docs + 1] (packed row starts), on its device. One launch instead of
     ``aligned_starts_reference``'s seven torch ops, for the host time of an eager call."""
     starts = torch.empty_like(cu_seqlens)
-    _aligned_starts_kernel[(1,)](cu_seqlens, starts, cu_seqlens.numel() - 1, DOC_ALIGN=DOC_ALIGN, CHUNK=_CHUNK)
+    launch(_aligned_starts_kernel, (1,), cu_seqlens, starts, cu_seqlens.numel() - 1, DOC_ALIGN=DOC_ALIGN, CHUNK=_CHUNK)
     return starts
 
 

@@ -14,6 +14,7 @@ import triton
 import triton.language as tl
 
 from ..masks import effective_window
+from .launch import launch
 
 _ROWS = 64  # query rows per program
 _BLOCKS = 64  # block starts per step of the sweep
@@ -82,6 +83,6 @@ def prefix_v_exponent(ev: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k
         return pv.zero_()
     _, wr = effective_window(causal, window_size)
     grid = (triton.cdiv(total_q, _ROWS), heads_kv)
-    _prefix_v_kernel[grid](ev, pv, cu_seqlens_q, cu_seqlens_k, total_q, num_docs, heads_kv, wr, BLOCK=block,
+    launch(_prefix_v_kernel, grid, ev, pv, cu_seqlens_q, cu_seqlens_k, total_q, num_docs, heads_kv, wr, BLOCK=block,
                            ROWS=_ROWS, BLOCKS=_BLOCKS, STEPS=max(num_docs, 1).bit_length(), NONE=_NONE)
     return pv

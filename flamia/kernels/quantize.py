@@ -30,6 +30,7 @@ from .layout import (T_ALIGN, aligned_starts, check_operand, column_offsets, mma
                      transposed_extent, unit_columns, zero_padding)
 from .rotated_quantizer import rotated_operand_kernel
 from .worklist import list_extent, program_tile, tile_list
+from .launch import launch
 
 @dataclass(frozen=True)
 class KernelOperand:
@@ -240,10 +241,10 @@ def quantize_operand(x: torch.Tensor, cu_seqlens: torch.Tensor, block: int = 32,
                      UNIT=unit, BLOCK=block, HADAMARD_STAGES=d.bit_length() - 1 if hadamard else 0, T_ALIGN=T_ALIGN)
         if hadamard and transposed and not interpreting():
             # a token row per thread, so the butterflies stay in registers (rotated_quantizer.py)
-            rotated_operand_kernel[grid](x, codes, codes_t, exps, cu_seqlens, cu_t, **common, **args,
+            launch(rotated_operand_kernel, grid, x, codes, codes_t, exps, cu_seqlens, cu_t, **common, **args,
                                           PARTS=QUANTIZER.transposed_parts, num_warps=QUANTIZER.rotated_warps)
         else:
-            _quantize_operand_kernel[grid](x, codes, codes_t, exps, cu_seqlens, cu_t, **common, **args,
+            launch(_quantize_operand_kernel, grid, x, codes, codes_t, exps, cu_seqlens, cu_t, **common, **args,
                                            TRANSPOSED=transposed, INTERPRET=interpreting(),
                                            num_warps=QUANTIZER.rotated_warps if hadamard else QUANTIZER.plain_warps)
         work = args["p_work"]
@@ -278,7 +279,7 @@ def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu
     delta = torch.empty((heads, total), dtype=torch.float32, device=dev)
     if total:
         grid, args = _units(cu_seqlens, total, step, heads)
-        _quantize_grad_output_kernel[grid](
+        launch(_quantize_grad_output_kernel, grid,
             do, o, ro.contiguous(), do_codes, do_exps, dot_codes_t, dot_exps, delta, cu_seqlens, cu_t,
             T=total, T_t=dot_codes_t.shape[2], H=heads, D=d, STEP=step, BLOCK=block, T_ALIGN=T_ALIGN,
             INTERPRET=interpreting(), **args)

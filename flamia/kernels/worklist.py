@@ -17,6 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .launch import launch
+
 _DOCS = 1024  # documents compared per step when a document counts the tiles ranked before it
 _FILL = 1024  # list entries written per step
 
@@ -41,7 +43,7 @@ def tile_list(cu_seqlens: torch.Tensor, total: int, block: int, *, reverse: bool
     width = list_extent(total, num_docs, block)
     work = torch.empty((2, width), dtype=torch.int32, device=cu_seqlens.device)
     # Programs 0..num_docs-1 write their document's tiles; program num_docs the padding.
-    _tile_list_kernel[(num_docs + 1,)](cu_seqlens, work, num_docs, width, BLOCK=block,
+    launch(_tile_list_kernel, (num_docs + 1,), cu_seqlens, work, num_docs, width, BLOCK=block,
                                        REVERSE=reverse, EMPTY_DOCS=empty_docs,
                                        DOCS=_DOCS, FILL=_FILL)
     return work

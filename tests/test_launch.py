@@ -1,0 +1,38 @@
+"""The direct launch path's key (flamia/kernels/launch.py): two calls share a kept compiled
+kernel only if Triton would specialize them alike."""
+import torch
+
+from flamia.kernels.launch import _class, _hooked
+
+
+def test_int_classes_follow_triton_specialization():
+    classes = {v: _class(v) for v in (1, 2, 16, 17, 32, 2 ** 31, -16)}
+    assert classes[1] != classes[2] != classes[16]
+    assert classes[16] == classes[32] != classes[17]
+    assert classes[2 ** 31] != classes[32]  # int64, not int32
+    assert classes[2] == classes[17]
+
+
+def test_tensor_class_is_dtype_and_alignment():
+    x = torch.zeros(64, dtype=torch.float32)
+    assert _class(x) == _class(torch.zeros(8, dtype=torch.float32))
+    assert _class(x) != _class(x.to(torch.int32))
+    assert _class(x[1:]) != _class(x)  # 4 bytes off a 16-byte boundary
+
+
+def test_scalars_and_unknowns():
+    assert _class(0.5) == _class(2.0)
+    assert _class(None) is None and _class(True) is True
+    try:
+        _class("text")
+    except TypeError:
+        pass
+    else:
+        raise AssertionError("an unknown argument must fall back to the ordinary launch")
+
+
+def test_hooks():
+    from triton import knobs
+    assert not _hooked(None)
+    assert _hooked(print)
+    assert _hooked(knobs.runtime.launch_enter_hook) == bool(getattr(knobs.runtime.launch_enter_hook, "calls", True))
