@@ -37,7 +37,7 @@ from .fp8 import interpreting, maybe_masked_load, mma, mul_rn, pow2, to_output
 from .hadamard import rotate
 from .layout import check_operand, mma_token_order, transposed_extent
 from .records import block_key_records, key_records, query_fields, query_records, record_factors
-from .worklist import program_tile, tile_list
+from .worklist import list_extent, program_tile, tile_list
 from .launch import launch
 
 LOG2E = math.log2(math.e)
@@ -277,7 +277,9 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
                        *, causal: bool, window_size: tuple[int, int], softmax_scale: float,
                        sigma: int, scale_block: int, tiles: AttnTiles, rotate: bool = False,
                        out_dtype: torch.dtype = torch.float32,
-                       key_rec: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                       key_rec: torch.Tensor | None = None, records: torch.Tensor | None = None,
+                       dkdv_work: torch.Tensor | None = None,
+                       dq_work: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dQ, dK, dV of the MXFP8 route (NUMERICS.md 4), with dQ and dK rotated back by the
     Hadamard transform when ``rotate`` (Q and K were rotated), in the kernels' epilogues.
 
@@ -291,7 +293,10 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     document starts (``aligned_starts``, as the quantizers return them). D is 64 or 128 and Hq
     a multiple of Hkv. scale_block: the tokens that share an exponent (32, or 1 for per-token
     exponents; K's blocks start at document starts). key_rec: ``key_records(k_exps, v_exps)``
-    [Hkv, Tk] int32 if the caller has it (the forward's), else built here.
+    [Hkv, Tk] int32 if the caller has it (the forward's), else built here; records, the same
+    for ``query_records(q_exps, do_exps, pv, m, ro, delta, sigma)`` [Hq, Tq, 4] int32 (the dO
+    quantizer's); dkdv_work and dq_work, the same for the kernels' ``tile_list``s
+    (``plan.build_plan``'s "dkdv" and "dq").
     Returns dq [Tq, Hq, D], dk and dv [Tk, Hkv, D] in ``out_dtype`` (fp32, bf16 or fp16,
     rounded to nearest even from the fp32 values: the rotate-back and the cast happen before
     the store, where a separate torch pass would read and write every gradient several times).
@@ -339,29 +344,30 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     # dq_atomic: the dK/dV kernel adds every dQ payload into an fp32 [Tq, Hq, D] buffer
     # (zeroed here, inside the captured call), which one more pass scales and stores.
     dq_sums = torch.zeros((tq, hq, d), dtype=torch.float32, device=dev) if tiles.dq_atomic else dq
-    work = tile_list(cu_seqlens_k, tk, tiles.bwd_block_n, reverse=False)
-    records = query_records(q_exps, do_exps, pv, m, ro, delta, sigma)
+    if dkdv_work is None:
+        dkdv_work = tile_list(cu_seqlens_k, tk, tiles.bwd_block_n, reverse=False)
+    check_operand("dkdv_work", dkdv_work, i32, (2, list_extent(tk, num_docs, tiles.bwd_block_n)))
+    if records is None:
+        records = query_records(q_exps, do_exps, pv, m, ro, delta, sigma)
+    check_operand("records", records, i32, (hq, tq, 4))
     if key_rec is None:
         key_rec = key_records(k_exps, v_exps)
     check_operand("key_rec", key_rec, i32, (hkv, tk))
     gluon_args = {k: v for k, v in args.items() if k != "INTERPRET"}
+    grid = (dkdv_work.shape[1], hkv)
     if tiles.dkdv_gluon and not interpreting():
         descs = dkdv_descriptors(q_codes, do_codes, q_codes_t, dot_codes_t, records, k_codes, v_codes,
                                  tiles.bwd_block_m, tiles.bwd_block_n)
-        launch(dkdv_gluon_kernel, (work.shape[1], hkv), *descs, dot_exps, key_rec, cu_seqlens_q, cu_seqlens_k,
-                                                cu_seqlens_q_t, cu_seqlens_k_t, work, work.shape[1], dk, dv,
-                                                BM=tiles.bwd_block_m, BN=tiles.bwd_block_n, SCALE_BLOCK=scale_block,
-                                                STAGES=tiles.bwd_stages,
-                                                REC_L=query_record_layout(32),
-                                                num_warps=tiles.bwd_warps, maxnreg=tiles.dkdv_maxnreg, **gluon_args)
+        launch(dkdv_gluon_kernel, grid, *descs, dot_exps, key_rec, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t,
+               cu_seqlens_k_t, dkdv_work, dkdv_work.shape[1], dk, dv, BM=tiles.bwd_block_m, BN=tiles.bwd_block_n,
+               SCALE_BLOCK=scale_block, STAGES=tiles.bwd_stages, REC_L=query_record_layout(32),
+               num_warps=tiles.bwd_warps, maxnreg=tiles.dkdv_maxnreg, **gluon_args)
     else:
-        launch(_dkdv_kernel, (work.shape[1], hkv), q_codes, q_codes_t, k_codes, k_codes_t, v_codes, do_codes,
-                                           dot_codes_t, dot_exps, records, key_rec,
-                                           cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, work,
-                                           work.shape[1], dk, dv, dq_sums,
-                                           tq_t=tq_t, tk_t=tk_t, BM=tiles.bwd_block_m, BN=tiles.bwd_block_n,
-                                           SCALE_BLOCK=scale_block, DQ_ATOMIC=tiles.dq_atomic, num_warps=tiles.bwd_warps,
-                                           num_stages=tiles.bwd_stages, **args)
+        launch(_dkdv_kernel, grid, q_codes, q_codes_t, k_codes, k_codes_t, v_codes, do_codes, dot_codes_t, dot_exps,
+               records, key_rec, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, dkdv_work,
+               dkdv_work.shape[1], dk, dv, dq_sums, tq_t=tq_t, tk_t=tk_t, BM=tiles.bwd_block_m, BN=tiles.bwd_block_n,
+               SCALE_BLOCK=scale_block, DQ_ATOMIC=tiles.dq_atomic, num_warps=tiles.bwd_warps,
+               num_stages=tiles.bwd_stages, **args)
     if tiles.dq_atomic:
         grid = (triton.cdiv(tq, tiles.dq_block_m), hq)
         # the dQ kernel's epilogue constants, from the same dict
@@ -369,16 +375,18 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
                                                   "INTERPRET")}
         launch(_dq_finish_kernel, grid, dq_sums, dq, BM=tiles.dq_block_m, **epilogue)
         return dq, dk, dv
-    work = tile_list(cu_seqlens_q, tq, tiles.dq_block_m, reverse=True)
+    if dq_work is None:
+        dq_work = tile_list(cu_seqlens_q, tq, tiles.dq_block_m, reverse=True)
+    check_operand("dq_work", dq_work, i32, (2, list_extent(tq, num_docs, tiles.dq_block_m)))
+    grid = (dq_work.shape[1], hq)
     if tiles.dq_gluon and not interpreting():
         descs = dq_descriptors(q_codes, do_codes, k_codes, v_codes, k_codes_t, tiles.dq_block_m, tiles.dq_block_n)
-        launch(dq_gluon_kernel, (work.shape[1], hq), *descs, records, key_rec, cu_seqlens_q, cu_seqlens_k,
-               cu_seqlens_q_t,                                             cu_seqlens_k_t, work, work.shape[1], dq, BM=tiles.dq_block_m,
-                                             BN=tiles.dq_block_n, SCALE_BLOCK=scale_block, STAGES=tiles.dq_stages,
-                                             num_warps=tiles.dq_warps, **gluon_args)
+        launch(dq_gluon_kernel, grid, *descs, records, key_rec, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t,
+               cu_seqlens_k_t, dq_work, dq_work.shape[1], dq, BM=tiles.dq_block_m, BN=tiles.dq_block_n,
+               SCALE_BLOCK=scale_block, STAGES=tiles.dq_stages, num_warps=tiles.dq_warps, **gluon_args)
         return dq, dk, dv
-    launch(_dq_kernel, (work.shape[1], hq), q_codes, k_codes, k_codes_t, v_codes, do_codes, records, key_rec,
-                                    cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, work, work.shape[1],
-                                    dq, tk_t=tk_t, BM=tiles.dq_block_m, BN=tiles.dq_block_n, SCALE_BLOCK=scale_block,
-                                    num_warps=tiles.dq_warps, num_stages=tiles.dq_stages, **args)
+    launch(_dq_kernel, grid, q_codes, k_codes, k_codes_t, v_codes, do_codes, records, key_rec, cu_seqlens_q,
+           cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, dq_work, dq_work.shape[1], dq, tk_t=tk_t,
+           BM=tiles.dq_block_m, BN=tiles.dq_block_n, SCALE_BLOCK=scale_block, num_warps=tiles.dq_warps,
+           num_stages=tiles.dq_stages, **args)
     return dq, dk, dv

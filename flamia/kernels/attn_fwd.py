@@ -28,7 +28,7 @@ from .fp8 import interpreting, maybe_masked_load, mma, pow2, to_output
 from .fwd_math import finish_rows, program_geometry, scores_to_codes, visible_keys
 from .layout import check_operand, mma_token_order, transposed_extent
 from .records import key_records, packed_key_factors
-from .worklist import program_tile, tile_list
+from .worklist import list_extent, program_tile, tile_list
 from .launch import launch
 
 LOG2E = math.log2(math.e)
@@ -119,7 +119,8 @@ def _attn_fwd_kernel(p_q, p_qe, p_k, p_vt, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt
 
 def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, cu_seqlens_q, cu_seqlens_k,
                       cu_seqlens_k_t, *, causal: bool, window_size: tuple[int, int], softmax_scale: float, tau: int,
-                      sigma: int, scale_block: int, tiles: AttnTiles, key_rec: torch.Tensor | None = None):
+                      sigma: int, scale_block: int, tiles: AttnTiles, key_rec: torch.Tensor | None = None,
+                      work: torch.Tensor | None = None):
     """The MXFP8 forward on quantized operands (NUMERICS.md 3).
 
     q_codes [Tq, Hq, D] float8_e4m3fn, q_exps [Tq, Hq] int8; k_codes [Tk, Hkv, D]
@@ -132,7 +133,8 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
     cu_seqlens_k_t int32 [num_docs + 1], V^T's document starts (``aligned_starts``, as the
     quantizer returns them); key_rec: ``key_records(k_exps, v_exps)`` [Hkv, Tk] int32 if the
     caller has it (it serves the backward's dQ too), else built here. D is 64 or 128 and Hq a
-    multiple of Hkv.
+    multiple of Hkv. work: the ``tile_list`` of query tiles (``fwd_block_m``, reversed) if the
+    caller has it (``plan.build_plan``), else built here.
 
     Returns out [Tq, Hq, D] bf16 and lse (natural log), m (integer running max, log2 units),
     ro = 2^(PV - sigma) / l, each [Hq, Tq] fp32.
@@ -166,7 +168,9 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
     if key_rec is None:
         key_rec = key_records(k_exps, v_exps)
     check_operand("key_rec", key_rec, i32, (hkv, tk))
-    work = tile_list(cu_seqlens_q, tq, tiles.fwd_block_m, reverse=True)
+    if work is None:
+        work = tile_list(cu_seqlens_q, tq, tiles.fwd_block_m, reverse=True)
+    check_operand("work", work, i32, (2, list_extent(tq, num_docs, tiles.fwd_block_m)))
     grid = (work.shape[1], hq)
     rest = (key_rec, pv, cu_seqlens_q, cu_seqlens_k, cu_seqlens_k_t, work, work.shape[1], out, lse, m, ro,
             tq, tk, tk_t, hq, hkv, softmax_scale * LOG2E, wl, wr)
@@ -174,8 +178,8 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
     if tiles.fwd_gluon and not interpreting():
         q_desc, k_desc, vt_desc = operand_descriptors(q_codes, k_codes, v_codes_t, tiles.fwd_block_m, tiles.fwd_block_n)
         launch(attn_fwd_gluon_kernel, grid, q_desc, q_exps, k_desc, vt_desc, *rest, STAGES=tiles.fwd_stages,
-                                    SCALE_BLOCK=scale_block, **common)
+               SCALE_BLOCK=scale_block, **common)
     else:
         launch(_attn_fwd_kernel, grid, q_codes, q_exps, k_codes, v_codes_t, *rest, INTERPRET=interpreting(),
-                               num_stages=tiles.fwd_stages, **common)
+               num_stages=tiles.fwd_stages, **common)
     return out, lse, m, ro

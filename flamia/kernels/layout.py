@@ -66,8 +66,13 @@ def aligned_starts_reference(cu_seqlens: torch.Tensor) -> torch.Tensor:
 
 @triton.jit
 def _aligned_starts_kernel(p_cu, p_starts, num_docs, DOC_ALIGN: tl.constexpr, CHUNK: tl.constexpr):
-    """One program: a running sum of the documents' lengths rounded up to DOC_ALIGN, CHUNK
-    documents per step."""
+    write_aligned_starts(p_cu, p_starts, num_docs, DOC_ALIGN, CHUNK)
+
+
+@triton.jit
+def write_aligned_starts(p_cu, p_starts, num_docs, DOC_ALIGN: tl.constexpr, CHUNK: tl.constexpr):
+    """``aligned_starts`` in one program: a running sum of the documents' lengths rounded up
+    to DOC_ALIGN, CHUNK documents per step."""
     tl.store(p_starts, 0)
     carry = 0
     for d0 in range(0, num_docs, CHUNK):

@@ -31,6 +31,7 @@ from .layout import (T_ALIGN, aligned_starts, check_operand, column_offsets, mma
 from .rotated_quantizer import rotated_operand_kernel
 from .worklist import list_extent, program_tile, tile_list
 from .launch import launch
+from .records import check_sigma
 
 @dataclass(frozen=True)
 class KernelOperand:
@@ -40,13 +41,15 @@ class KernelOperand:
     exps: [T, H] int8, value = codes * 2^exps; cu_seqlens_t: int32 [num_docs + 1], the
     documents' first columns in codes_t (``aligned_starts``), or None; work: the launch's
     ``tile_list`` (int32 [2, W]; None without tokens), which another operand launch over the
-    same cu_seqlens can reuse."""
+    same cu_seqlens can reuse; key_rec: ``records.key_records(key_exps, exps)`` [H, T] int32
+    when the launch was given K's exponents (V's launch), else None."""
 
     codes: torch.Tensor
     codes_t: torch.Tensor | None
     exps: torch.Tensor
     cu_seqlens_t: torch.Tensor | None
     work: torch.Tensor | None
+    key_rec: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,9 @@ class KernelGradOutput:
     dot_codes_t: [H, D, T_t] float8_e4m3fn, e4m3((dO * ro) * 2^-edOt) in the layout of
     ``layout.py`` (zero outside documents), its document starts cu_seqlens_t int32
     [num_docs + 1]; dot_exps: [T, H] int8, edOt, one per (query step, head) repeated per
-    token; delta: [H, T] fp32, D(i) = sum_d (dO^ * 2^edO)(i, d) * O(i, d)."""
+    token; delta: [H, T] fp32, D(i) = sum_d (dO^ * 2^edO)(i, d) * O(i, d); records:
+    ``records.query_records`` [H, T, 4] int32 when the launch was given Q's exponents, PV
+    and m, else None."""
 
     do_codes: torch.Tensor
     do_exps: torch.Tensor
@@ -64,6 +69,7 @@ class KernelGradOutput:
     dot_exps: torch.Tensor
     delta: torch.Tensor
     cu_seqlens_t: torch.Tensor
+    records: torch.Tensor | None = None
 
 
 @triton.jit
@@ -112,9 +118,9 @@ def _zero_padding(p_t, cu_seqlens, cu_seqlens_t, doc, unit, num_docs, h, T_t, D:
 
 @triton.jit
 def _quantize_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_work, width, num_docs,
-                             T_t, H, inv_sqrt_d, D: tl.constexpr, UNIT: tl.constexpr, BLOCK: tl.constexpr,
-                             HADAMARD_STAGES: tl.constexpr, TRANSPOSED: tl.constexpr,
-                             T_ALIGN: tl.constexpr, INTERPRET: tl.constexpr):
+                             T_t, H, inv_sqrt_d, p_key_exps, p_key_rec, T, D: tl.constexpr, UNIT: tl.constexpr,
+                             BLOCK: tl.constexpr, HADAMARD_STAGES: tl.constexpr, TRANSPOSED: tl.constexpr,
+                             KEY_REC: tl.constexpr, T_ALIGN: tl.constexpr, INTERPRET: tl.constexpr):
     doc, unit = program_tile(p_work, width)
     if doc < 0:
         return
@@ -132,6 +138,11 @@ def _quantize_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seq
     b_scaled = inf_to_nan(b_x * pow2(-b_e)[:, None])
     tl.store(p_codes + o_x, to_e4m3(b_scaled, INTERPRET), mask=m_t[:, None])
     tl.store(p_exps + o_t * H + h, b_e.to(tl.int8), mask=m_t)
+    if KEY_REC:
+        # records.key_records of K's stored exponents and these (as stored, int8)
+        e_k = tl.load(p_key_exps + o_t * H + h, mask=m_t, other=0).to(tl.int32)
+        e_v = b_e.to(tl.int8).to(tl.int32)
+        tl.store(p_key_rec + h * T + o_t, ((e_k + 127) << 23) | ((e_v + 127) << 15), mask=m_t)
     if TRANSPOSED:
         if HADAMARD_STAGES > 0:
             b_t = tl.trans(b_scaled)  # [D, UNIT]
@@ -147,9 +158,10 @@ def _quantize_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seq
 
 @triton.jit
 def _quantize_grad_output_kernel(p_do, p_o, p_ro, p_do_codes, p_do_exps, p_dot_t, p_dot_exps, p_delta,
-                                 cu_seqlens, cu_seqlens_t, p_work, width, num_docs, T, T_t, H, D: tl.constexpr,
-                                 STEP: tl.constexpr,
-                                 BLOCK: tl.constexpr, T_ALIGN: tl.constexpr, INTERPRET: tl.constexpr):
+                                 cu_seqlens, cu_seqlens_t, p_work, width, num_docs, T, T_t, H,
+                                 p_qe, p_pv, p_m, p_rec, heads_kv, D: tl.constexpr, STEP: tl.constexpr,
+                                 BLOCK: tl.constexpr, RECORDS: tl.constexpr, GROUP: tl.constexpr,
+                                 SIGMA: tl.constexpr, T_ALIGN: tl.constexpr, INTERPRET: tl.constexpr):
     doc, unit = program_tile(p_work, width)
     if doc < 0:
         return
@@ -176,6 +188,16 @@ def _quantize_grad_output_kernel(p_do, p_o, p_ro, p_do_codes, p_do_exps, p_dot_t
     tl.store(p_dot_exps + o_t * H + h, b_et.to(tl.int8), mask=m_t)
     _store_transposed(p_dot_t, tl.trans(b_dot), _unit_cols(cu_seqlens, cu_seqlens_t, doc, unit, STEP, T_ALIGN), h,
                       T_t, D, INTERPRET)
+    if RECORDS:
+        # records.query_records of these rows, from the values stored above (exponents as int8)
+        e_q = tl.load(p_qe + o_t * H + h, mask=m_t, other=0).to(tl.int32)
+        dof = pow2(b_e.to(tl.int8).to(tl.int32))  # exact products and a correctly rounded quotient, as there
+        o_r = (h * T + o_t) * 4
+        pv = tl.load(p_pv + o_t * heads_kv + h // GROUP, mask=m_t, other=0)
+        tl.store(p_rec + o_r, tl.load(p_m + h * T + o_t, mask=m_t).to(tl.int32, bitcast=True), mask=m_t)
+        tl.store(p_rec + o_r + 1, ((b_ro * dof) * pow2(e_q)).to(tl.int32, bitcast=True), mask=m_t)
+        tl.store(p_rec + o_r + 2, tl.math.div_rn(b_delta, dof).to(tl.int32, bitcast=True), mask=m_t)
+        tl.store(p_rec + o_r + 3, ((e_q + 127) << 23) | ((SIGMA - pv + 127) << 15), mask=m_t)
 
 
 def _check_rows(x: torch.Tensor, name: str) -> None:
@@ -214,14 +236,16 @@ def _transposed_codes(heads: int, d: int, total: int, cu_seqlens: torch.Tensor) 
 
 def quantize_operand(x: torch.Tensor, cu_seqlens: torch.Tensor, block: int = 32,
                      hadamard: bool = False, transposed: bool = True,
-                     cu_seqlens_t: torch.Tensor | None = None, work: torch.Tensor | None = None) -> KernelOperand:
+                     cu_seqlens_t: torch.Tensor | None = None, work: torch.Tensor | None = None,
+                     key_exps: torch.Tensor | None = None) -> KernelOperand:
     """Q, K or V -> token-block E4M3 in one launch. x: [T, H, D] bf16/fp16/fp32, contiguous;
     cu_seqlens: int32 [num_docs + 1] on x's device; block: tokens per scale block (32, or 1
     for per-token scales); hadamard: rotate the head dim first (NUMERICS.md 2);
     transposed: also write codes_t; cu_seqlens_t: ``aligned_starts(cu_seqlens)`` if the
     caller has it (K's serves V), else computed here; work: the ``KernelOperand.work`` of an
     earlier launch over the same cu_seqlens (Q's serves K and V in self-attention), else
-    built here."""
+    built here; key_exps: K's exponents [T, H] int8 when x is V: the launch also writes the
+    key records (``KernelOperand.key_rec``), saving their own launch."""
     _check_rows(x, "x")
     unit = QUANTIZER.operand_unit
     _check_divisor(block, unit, "block")
@@ -235,30 +259,41 @@ def quantize_operand(x: torch.Tensor, cu_seqlens: torch.Tensor, block: int = 32,
         cu_t = aligned_starts(cu_seqlens) if cu_seqlens_t is None else cu_seqlens_t
         codes_t = _transposed_codes(heads, d, total, cu_seqlens)
     exps = torch.empty((total, heads), dtype=torch.int8, device=dev)
+    key_rec = None
+    if key_exps is not None:
+        check_operand("key_exps", key_exps, torch.int8, (total, heads))
+        key_rec = torch.empty((heads, total), dtype=torch.int32, device=dev)
     if total:
         grid, args = _units(cu_seqlens, total, unit, heads, work)
         common = dict(T_t=0 if codes_t is None else codes_t.shape[2], H=heads, inv_sqrt_d=1.0 / math.sqrt(d), D=d,
                      UNIT=unit, BLOCK=block, HADAMARD_STAGES=d.bit_length() - 1 if hadamard else 0, T_ALIGN=T_ALIGN)
-        if hadamard and transposed and not interpreting():
+        if hadamard and transposed and key_exps is None and not interpreting():
             # a token row per thread, so the butterflies stay in registers (rotated_quantizer.py)
             launch(rotated_operand_kernel, grid, x, codes, codes_t, exps, cu_seqlens, cu_t, **common, **args,
-                                          PARTS=QUANTIZER.transposed_parts, num_warps=QUANTIZER.rotated_warps)
+                   PARTS=QUANTIZER.transposed_parts, num_warps=QUANTIZER.rotated_warps)
         else:
             launch(_quantize_operand_kernel, grid, x, codes, codes_t, exps, cu_seqlens, cu_t, **common, **args,
-                                           TRANSPOSED=transposed, INTERPRET=interpreting(),
-                                           num_warps=QUANTIZER.rotated_warps if hadamard else QUANTIZER.plain_warps)
+                   p_key_exps=key_exps, p_key_rec=key_rec, T=total, TRANSPOSED=transposed,
+                   KEY_REC=key_exps is not None, INTERPRET=interpreting(),
+                   num_warps=QUANTIZER.rotated_warps if hadamard else QUANTIZER.plain_warps)
         work = args["p_work"]
-    return KernelOperand(codes, codes_t, exps, cu_t, work)
+    return KernelOperand(codes, codes_t, exps, cu_t, work, key_rec)
 
 
 def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu_seqlens: torch.Tensor,
-                         block: int = 32, step: int = 64,
-                         cu_seqlens_t: torch.Tensor | None = None) -> KernelGradOutput:
+                         block: int = 32, step: int = 64, cu_seqlens_t: torch.Tensor | None = None,
+                         work: torch.Tensor | None = None, q_exps: torch.Tensor | None = None,
+                         pv: torch.Tensor | None = None, m: torch.Tensor | None = None,
+                         sigma: int = 0) -> KernelGradOutput:
     """dO -> dO^, dOt^ and D in one launch that reads dO, O and ro once. do, o: [T, H, D]
     bf16/fp16/fp32, contiguous; ro: [H, T] fp32 (0 for invalid rows); cu_seqlens: int32
     [num_docs + 1] on do's device; block: dO^'s tokens per scale block; step: the dK/dV loop's query step
     (``bwd_block_m``), the extent of one dOt^ exponent; a multiple of ``block`` and of 16;
-    cu_seqlens_t: ``aligned_starts(cu_seqlens)`` if the caller has it (Q's), else computed here."""
+    cu_seqlens_t: ``aligned_starts(cu_seqlens)`` if the caller has it (Q's), else computed here;
+    work: the launch's ``tile_list`` (units of ``step`` tokens, every document with a unit 0)
+    if the caller has it, else built here. q_exps [T, H] int8, pv [T, Hkv] int32, m [H, T]
+    fp32 and sigma: also write the backward's query records (``records.query_records``,
+    ``KernelGradOutput.records``), saving their own launch."""
     _check_rows(do, "do")
     _check_rows(o, "o")
     if o.shape != do.shape:
@@ -277,10 +312,21 @@ def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu
     dot_codes_t = _transposed_codes(heads, d, total, cu_seqlens)
     dot_exps = torch.empty((total, heads), dtype=torch.int8, device=dev)
     delta = torch.empty((heads, total), dtype=torch.float32, device=dev)
+    records, heads_kv = None, 1
+    if q_exps is not None:
+        heads_kv = pv.shape[1] if pv.dim() == 2 else 0
+        if heads_kv == 0 or heads % heads_kv:
+            raise ValueError(f"pv: expected [{total}, Hkv] with {heads} a multiple of Hkv, got {tuple(pv.shape)}")
+        check_sigma(sigma)
+        for name, x, dtype, shape in (("q_exps", q_exps, torch.int8, (total, heads)),
+                                      ("pv", pv, torch.int32, (total, heads_kv)),
+                                      ("m", m, torch.float32, (heads, total))):
+            check_operand(name, x, dtype, shape)
+        records = torch.empty((heads, total, 4), dtype=torch.int32, device=dev)
     if total:
-        grid, args = _units(cu_seqlens, total, step, heads)
-        launch(_quantize_grad_output_kernel, grid,
-            do, o, ro.contiguous(), do_codes, do_exps, dot_codes_t, dot_exps, delta, cu_seqlens, cu_t,
-            T=total, T_t=dot_codes_t.shape[2], H=heads, D=d, STEP=step, BLOCK=block, T_ALIGN=T_ALIGN,
-            INTERPRET=interpreting(), **args)
-    return KernelGradOutput(do_codes, do_exps, dot_codes_t, dot_exps, delta, cu_t)
+        grid, args = _units(cu_seqlens, total, step, heads, work)
+        launch(_quantize_grad_output_kernel, grid, do, o, ro.contiguous(), do_codes, do_exps, dot_codes_t, dot_exps,
+               delta, cu_seqlens, cu_t, T=total, T_t=dot_codes_t.shape[2], H=heads, p_qe=q_exps, p_pv=pv, p_m=m,
+               p_rec=records, heads_kv=heads_kv, D=d, STEP=step, BLOCK=block, RECORDS=records is not None,
+               GROUP=heads // heads_kv if records is not None else 1, SIGMA=sigma, T_ALIGN=T_ALIGN, INTERPRET=interpreting(), **args)
+    return KernelGradOutput(do_codes, do_exps, dot_codes_t, dot_exps, delta, cu_t, records)

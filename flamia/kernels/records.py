@@ -39,9 +39,7 @@ def query_records(q_exps: torch.Tensor, do_exps: torch.Tensor, pv: torch.Tensor,
     such exponents, or 0); m, ro, delta: [Hq, Tq] fp32; sigma in [0, 27], so that
     sigma - PV + 127 fits the 8-bit field (sigma = 0 with PV = 127 reads 2^-127 as 0, as the
     kernels' ``pow2`` does)."""
-    if not 0 <= sigma <= 27:
-        raise ValueError(f"sigma: the query records hold 2^(sigma - PV) for PV in [-100, 127], so sigma must be in "
-                         f"[0, 27], got {sigma}")
+    check_sigma(sigma)
     total, heads_q = q_exps.shape
     heads_kv = pv.shape[1]
     rec = torch.empty((heads_q, total, 4), dtype=torch.int32, device=q_exps.device)
@@ -50,6 +48,13 @@ def query_records(q_exps: torch.Tensor, do_exps: torch.Tensor, pv: torch.Tensor,
             q_exps, do_exps, pv, m.contiguous(), ro.contiguous(), delta.contiguous(), rec, total, heads_q, heads_kv,
             SIGMA=sigma, GROUP=heads_q // heads_kv, N=_ROWS)
     return rec
+
+
+def check_sigma(sigma: int) -> None:
+    """The query records' bound on sigma (``query_records``)."""
+    if not 0 <= sigma <= 27:
+        raise ValueError(f"sigma: the query records hold 2^(sigma - PV) for PV in [-100, 127], so sigma must be in "
+                         f"[0, 27], got {sigma}")
 
 
 def key_records(k_exps: torch.Tensor, v_exps: torch.Tensor) -> torch.Tensor:

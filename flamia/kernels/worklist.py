@@ -62,10 +62,16 @@ def _doc_tiles(p_cu, doc, mask, BLOCK: tl.constexpr, EMPTY_DOCS: tl.constexpr):
 @triton.jit
 def _tile_list_kernel(p_cu, p_work, num_docs, width, BLOCK: tl.constexpr, REVERSE: tl.constexpr,
                       EMPTY_DOCS: tl.constexpr, DOCS: tl.constexpr, FILL: tl.constexpr):
-    """Program d < num_docs: document d's first entry is the number of tiles of the documents
-    ranked before it (longer, or as long and earlier), found by one pass over all documents;
-    it then writes its tiles. Program num_docs: (-1, 0) from the last real entry to W."""
-    d = tl.program_id(0)
+    write_tile_list(p_cu, p_work, num_docs, width, tl.program_id(0), BLOCK, REVERSE, EMPTY_DOCS, DOCS, FILL)
+
+
+@triton.jit
+def write_tile_list(p_cu, p_work, num_docs, width, d, BLOCK: tl.constexpr, REVERSE: tl.constexpr,
+                    EMPTY_DOCS: tl.constexpr, DOCS: tl.constexpr, FILL: tl.constexpr):
+    """Program d's share of a ``tile_list`` (one launch of num_docs + 1 programs writes it):
+    d < num_docs: document d's first entry is the number of tiles of the documents ranked
+    before it (longer, or as long and earlier), found by one pass over all documents; it then
+    writes its tiles. d = num_docs: (-1, 0) from the last real entry to W."""
     is_doc = d < num_docs
     own_len, own_tiles = _doc_tiles(p_cu, d, is_doc, BLOCK, EMPTY_DOCS)
     start = 0
