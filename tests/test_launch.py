@@ -36,3 +36,24 @@ def test_hooks():
     assert not _hooked(None)
     assert _hooked(print)
     assert _hooked(knobs.runtime.launch_enter_hook) == bool(getattr(knobs.runtime.launch_enter_hook, "calls", True))
+
+
+def test_descriptor_equals_tritons():
+    """gluon_tma.descriptor builds the fields TensorDescriptor.from_tensor builds, and sends a
+    view it cannot vouch for through Triton's checks."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from flamia.kernels.gluon_tma import descriptor, fp8_layout
+
+    for shape in [(100, 2048), (3, 4096), (100, 2048)]:
+        x = torch.zeros(shape, dtype=torch.float8_e4m3fn)
+        got = descriptor(x, (64, 128), fp8_layout((64, 128)))
+        want = TensorDescriptor.from_tensor(x, [64, 128], fp8_layout((64, 128)))
+        assert type(got) is TensorDescriptor and vars(got).keys() == vars(want).keys()
+        assert all(getattr(got, k) is x if k == "base" else getattr(got, k) == v for k, v in vars(want).items())
+    try:
+        descriptor(torch.zeros(100, 2048, dtype=torch.float8_e4m3fn)[:, 1:], (64, 128), fp8_layout((64, 128)))
+    except AssertionError:
+        pass
+    else:
+        raise AssertionError("a misaligned view must fail Triton's check")

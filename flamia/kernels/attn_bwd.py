@@ -38,7 +38,7 @@ from .hadamard import rotate
 from .layout import check_operand, mma_token_order, transposed_extent
 from .records import block_key_records, key_records, query_fields, query_records, record_factors
 from .worklist import list_extent, program_tile, tile_list
-from .launch import launch
+from .launch import cdiv, launch
 
 LOG2E = math.log2(math.e)
 
@@ -369,7 +369,7 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
                SCALE_BLOCK=scale_block, DQ_ATOMIC=tiles.dq_atomic, num_warps=tiles.bwd_warps,
                num_stages=tiles.bwd_stages, **args)
     if tiles.dq_atomic:
-        grid = (triton.cdiv(tq, tiles.dq_block_m), hq)
+        grid = (cdiv(tq, tiles.dq_block_m), hq)
         # the dQ kernel's epilogue constants, from the same dict
         epilogue = {name: args[name] for name in ("scale", "inv_sqrt_d", "total_q", "heads_q", "D", "ROTATE_STAGES",
                                                   "INTERPRET")}

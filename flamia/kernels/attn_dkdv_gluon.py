@@ -32,11 +32,10 @@ import functools
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from .bwd_math import doc_bounds, grad_scores, masked_step, query_factors, reciprocal_pow2, row_scaled_codes, step_range
 from .fp8 import E4M3_EQ, E4M3_MQ, mul_rn, pow2, scale_exponent, to_e4m3, to_output
-from .gluon_tma import WARPS, copy_barriers, fp8_descriptors, tma_load, wait_copy
+from .gluon_tma import WARPS, copy_barriers, descriptor, fp8_descriptors, tma_load, wait_copy
 from .hadamard import rotate
 from .layout import mma_token_order
 from .records import block_key_records, query_record_fields, record_factors
@@ -288,7 +287,7 @@ def dkdv_descriptors(q_codes, do_codes, q_codes_t, dot_codes_t, records, k_codes
     q, do, qt, dot = fp8_descriptors((q_codes.flatten(1), [block_m, d]), (do_codes.flatten(1), [block_m, d]),
                                      (q_codes_t.flatten(0, 1), [d, block_m]), (dot_codes_t.flatten(0, 1), [d, block_m]))
     k, v = fp8_descriptors((k_codes.flatten(1), [block_n, d]), (v_codes.flatten(1), [block_n, d]))
-    rec = TensorDescriptor.from_tensor(records.flatten(0, 1), [block_m, 4], _RECORDS_SHARED)
+    rec = descriptor(records.flatten(0, 1), (block_m, 4), _RECORDS_SHARED)
     return q, do, qt, dot, rec, k, v
 
 

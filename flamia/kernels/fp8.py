@@ -13,6 +13,7 @@ the launchers pass):
 - before Triton 3.7 it turns a runtime loop bound into an int with ``int()`` of a one-element
   array, which numpy 2.4 refuses (triton-lang/triton#9171): ``_patch_scalar_index``.
 """
+import functools
 import os
 
 import triton
@@ -25,8 +26,11 @@ E4M3_EQ = tl.constexpr(8)
 E4M3_MQ = tl.constexpr(0x600000)
 
 
+@functools.cache
 def interpreting() -> bool:
-    """True when Triton kernels run on the CPU interpreter (TRITON_INTERPRET=1)."""
+    """True when Triton kernels run on the CPU interpreter (TRITON_INTERPRET=1). Read once:
+    Triton decides when it decorates the kernels, at import, and reading the environment
+    costs microseconds in every launcher."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 

@@ -15,6 +15,8 @@ Triton 3.6 to 3.9 call a compiled kernel's launcher the same way
 launch_metadata, enter_hook, exit_hook, *all arguments in signature order)``); this module is
 the one place that relies on it.
 """
+import operator
+
 import torch
 from triton import knobs
 from triton.runtime.driver import driver
@@ -22,10 +24,15 @@ from triton.runtime.driver import driver
 from .fp8 import interpreting
 
 _MAX_KEYS = 512  # kept specializations; past this, new ones launch the ordinary way
+_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")  # the launch options flamia passes
 _kept: dict = {}
-_plans: dict = {}  # id(kernel) -> (((name, is_constexpr), ...) in signature order, parameter names)
-_INT32 = range(-2 ** 31, 2 ** 31)
-_U64 = 2 ** 63
+_plans: dict = {}  # (id(kernel), positional count) -> _Plan
+
+
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) of host ints: ``triton.cdiv`` is a constexpr function in later Tritons,
+    whose host calls cost microseconds."""
+    return -(-a // b)
 
 
 def _device() -> int:
@@ -37,19 +44,25 @@ def _stream(device: int) -> int:
 
 
 def _class(x):
-    """What Triton specializes a runtime argument on; TypeError if unknown."""
-    if isinstance(x, torch.Tensor):
-        return x.dtype, x.data_ptr() % 16 == 0
+    """What Triton specializes a runtime argument on; TypeError if unknown. Ints: 1, or a
+    32-bit, 64-bit or unsigned 64-bit int, multiple of 16 or not (names, never bools, which
+    would equal 1 in a key)."""
     kind = type(x)
+    if kind is torch.Tensor:
+        return x.dtype, not x.data_ptr() & 15
     if kind is int:
-        return x == 1, x % 16 == 0, x in _INT32, x >= _U64
+        if -0x80000000 <= x <= 0x7FFFFFFF:
+            return "one" if x == 1 else "i32" if x & 15 else "i32/16"
+        return "u64" if x >= 0x8000000000000000 else "i64" if x & 15 else "i64/16"
     if kind is float:
         return float
+    if isinstance(x, torch.Tensor):
+        return x.dtype, not x.data_ptr() & 15
     if x is None or kind is bool:
         return x
     base = getattr(x, "base", None)
     if isinstance(base, torch.Tensor):  # a host tensor descriptor
-        return base.dtype, tuple(x.block_shape), x.layout, x.padding
+        return base.dtype, tuple(x.block_shape), x.layout, x.padding, getattr(x, "round_f32_to_tf32", False)
     raise TypeError(f"no launch key for a {kind.__name__}")
 
 
@@ -58,28 +71,44 @@ def _hooked(hook) -> bool:
     return hook is not None and bool(getattr(hook, "calls", True))
 
 
-def _plan(kernel) -> tuple:
-    plan = _plans.get(id(kernel))
-    if plan is None:
-        params = tuple((p.name, p.is_constexpr) for p in kernel.params)
-        plan = _plans[id(kernel)] = params, frozenset(name for name, _ in params)
-    return plan
+def _picker(indices: list):
+    """values -> the tuple of values[i] for i in indices."""
+    if len(indices) == 1:
+        return lambda values: (values[indices[0]],)
+    return operator.itemgetter(*indices) if indices else lambda values: ()
+
+
+class _Plan:
+    """How to read the arguments of a kernel called with ``positional`` positional ones:
+    the names of the rest in signature order, and pickers of the runtime and constexpr values."""
+
+    def __init__(self, kernel, positional: int):
+        params = kernel.params
+        self.count = len(params)
+        self.keywords = tuple(p.name for p in params[positional:])
+        self.runtime = _picker([i for i, p in enumerate(params) if not p.is_constexpr])
+        self.constexpr = _picker([i for i, p in enumerate(params) if p.is_constexpr])
 
 
 def launch(kernel, grid: tuple, *args, **kwargs) -> None:
     """``kernel[grid](*args, **kwargs)``, through the kept compiled kernel when there is one.
-    Every kernel parameter after the positional ones is given by keyword (no defaults)."""
+    Every kernel parameter after the positional ones is given by keyword (no defaults);
+    launch options among ``_OPTIONS``."""
     if interpreting() or _hooked(knobs.runtime.launch_enter_hook) or _hooked(knobs.runtime.launch_exit_hook):
         kernel[grid](*args, **kwargs)
         return
-    params, names = _plan(kernel)
+    plan = _plans.get((id(kernel), len(args)))
+    if plan is None:
+        plan = _plans[id(kernel), len(args)] = _Plan(kernel, len(args))
+    options = tuple(map(kwargs.get, _OPTIONS))
     try:
-        values = args + tuple(kwargs[name] for name, _ in params[len(args):])
+        if len(args) + len(kwargs) != plan.count + sum(map(kwargs.__contains__, _OPTIONS)):
+            raise KeyError("an option outside _OPTIONS, or a parameter left to its default")
+        values = args + tuple(map(kwargs.__getitem__, plan.keywords))
         device = _device()
-        key = (id(kernel), device, tuple(v if const else _class(v) for v, (_, const) in zip(values, params)),
-               tuple((k, v) for k, v in kwargs.items() if k not in names))  # launch options
+        key = (id(kernel), device, tuple(map(_class, plan.runtime(values))), plan.constexpr(values), options)
         compiled = _kept.get(key)
-    except (KeyError, TypeError):  # a parameter left to its default, or an argument without a key
+    except (KeyError, TypeError):  # not a call this path can key
         kernel[grid](*args, **kwargs)
         return
     if compiled is None:

@@ -73,8 +73,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     # document starts and every launch's work list come from one launch (Q's quantizer list
     # serves K and V when both sides share cu_seqlens); V's launch writes the key records.
     plan = build_plan(spec.cu_seqlens_q, spec.cu_seqlens_k, q.shape[0], k.shape[0], tiles)
-    k_work = plan.lists["k_operand"]
-    qq = quantize_operand(q, spec.cu_seqlens_q, block, rotate, True, plan.cu_qt, work=plan.lists["q_operand"])
+    k_work = plan.work("k_operand")
+    qq = quantize_operand(q, spec.cu_seqlens_q, block, rotate, True, plan.cu_qt, work=plan.work("q_operand"))
     kq = quantize_operand(k, spec.cu_seqlens_k, block, rotate, True, plan.cu_kt, work=k_work)
     vq = quantize_operand(v, spec.cu_seqlens_k, block, False, True, plan.cu_kt, work=k_work, key_exps=kq.exps)
     key_rec = vq.key_rec  # read by the forward and the backward's dQ
@@ -84,7 +84,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         qq.codes, qq.exps, kq.codes, kq.exps, vq.codes_t, vq.exps, pv, spec.cu_seqlens_q, spec.cu_seqlens_k,
         vq.cu_seqlens_t, causal=spec.causal, window_size=spec.window_size,
         softmax_scale=spec.softmax_scale, tau=recipe.tau, sigma=recipe.sigma, scale_block=block, tiles=tiles,
-        key_rec=key_rec, work=plan.lists["fwd"])
+        key_rec=key_rec, work=plan.work("fwd"))
     res = Residuals(qq.codes, qq.codes_t, qq.exps, kq.codes, kq.codes_t, kq.exps, vq.codes, vq.exps,
                     plan.cu_qt, plan.cu_kt, key_rec, m, ro, pv, plan.buffer)
     return out.to(q.dtype), lse, res
@@ -96,11 +96,12 @@ def backward(dout: torch.Tensor, out: torch.Tensor, res: Residuals,
     (any float dtype: its values are the kernel's bf16 output) and residuals."""
     tiles = tiles_for(out.shape[-1])
     num_docs = spec.cu_seqlens_q.shape[0] - 1
-    lists = plan_layout(out.shape[0], res.k_codes.shape[0], num_docs, tiles).views(res.work)
+    plan = plan_layout(out.shape[0], res.k_codes.shape[0], num_docs, tiles)
     # The dO launch also writes the query records that both backward kernels read.
     go = quantize_grad_output(dout.contiguous(), out.contiguous(), res.ro, spec.cu_seqlens_q,
-                              spec.recipe.scale_block, tiles.bwd_block_m, res.cu_qt, work=lists["grad_out"],
-                              q_exps=res.q_exps, pv=res.pv, m=res.m, sigma=spec.recipe.sigma)
+                              spec.recipe.scale_block, tiles.bwd_block_m, res.cu_qt,
+                              work=plan.view(res.work, "grad_out"), q_exps=res.q_exps, pv=res.pv, m=res.m,
+                              sigma=spec.recipe.sigma)
     return attention_backward(
         res.q_codes, res.q_codes_t, res.q_exps, res.k_codes, res.k_codes_t, res.k_exps, res.v_codes, res.v_exps,
         go.do_codes, go.do_exps, go.dot_codes_t, go.dot_exps, go.delta, res.m, res.ro, res.pv,
@@ -108,4 +109,4 @@ def backward(dout: torch.Tensor, out: torch.Tensor, res: Residuals,
         causal=spec.causal, window_size=spec.window_size, softmax_scale=spec.softmax_scale,
         sigma=spec.recipe.sigma, scale_block=spec.recipe.scale_block, tiles=tiles,
         rotate=spec.recipe.use_hadamard(out.shape[-1]), out_dtype=dout.dtype, key_rec=res.key_rec,
-        records=go.records, dkdv_work=lists["dkdv"], dq_work=lists["dq"])
+        records=go.records, dkdv_work=plan.view(res.work, "dkdv"), dq_work=plan.view(res.work, "dq"))

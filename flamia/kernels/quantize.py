@@ -328,5 +328,6 @@ def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu
         launch(_quantize_grad_output_kernel, grid, do, o, ro.contiguous(), do_codes, do_exps, dot_codes_t, dot_exps,
                delta, cu_seqlens, cu_t, T=total, T_t=dot_codes_t.shape[2], H=heads, p_qe=q_exps, p_pv=pv, p_m=m,
                p_rec=records, heads_kv=heads_kv, D=d, STEP=step, BLOCK=block, RECORDS=records is not None,
-               GROUP=heads // heads_kv if records is not None else 1, SIGMA=sigma, T_ALIGN=T_ALIGN, INTERPRET=interpreting(), **args)
+               GROUP=heads // heads_kv if records is not None else 1, SIGMA=sigma, T_ALIGN=T_ALIGN,
+               INTERPRET=interpreting(), **args)
     return KernelGradOutput(do_codes, do_exps, dot_codes_t, dot_exps, delta, cu_t, records)

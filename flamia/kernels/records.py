@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from .fp8 import maybe_masked_load, pow2
-from .launch import launch
+from .launch import cdiv, launch
 
 
 _ROWS = 256  # tokens per program of the builders
@@ -44,7 +44,7 @@ def query_records(q_exps: torch.Tensor, do_exps: torch.Tensor, pv: torch.Tensor,
     heads_kv = pv.shape[1]
     rec = torch.empty((heads_q, total, 4), dtype=torch.int32, device=q_exps.device)
     if total and heads_q:
-        launch(_query_records_kernel, (triton.cdiv(total, _ROWS), heads_q),
+        launch(_query_records_kernel, (cdiv(total, _ROWS), heads_q),
             q_exps, do_exps, pv, m.contiguous(), ro.contiguous(), delta.contiguous(), rec, total, heads_q, heads_kv,
             SIGMA=sigma, GROUP=heads_q // heads_kv, N=_ROWS)
     return rec
@@ -65,7 +65,7 @@ def key_records(k_exps: torch.Tensor, v_exps: torch.Tensor) -> torch.Tensor:
     total, heads_kv = k_exps.shape
     rec = torch.empty((heads_kv, total), dtype=torch.int32, device=k_exps.device)
     if total and heads_kv:
-        launch(_key_records_kernel, (triton.cdiv(total, _ROWS), heads_kv), k_exps, v_exps, rec, total, heads_kv,
+        launch(_key_records_kernel, (cdiv(total, _ROWS), heads_kv), k_exps, v_exps, rec, total, heads_kv,
                N=_ROWS)
     return rec
 

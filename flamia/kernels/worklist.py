@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import launch
+from .launch import cdiv, launch
 
 _DOCS = 1024  # documents compared per step when a document counts the tiles ranked before it
 _FILL = 1024  # list entries written per step
@@ -27,7 +27,7 @@ def list_extent(total: int, num_docs: int, block: int) -> int:
     """W, the number of programs of a launch over the tiles of ``block`` tokens of
     ``num_docs`` documents holding ``total`` tokens (every document counted once more, which
     also covers ``tile_list``'s one tile for an empty document)."""
-    return triton.cdiv(total, block) + num_docs
+    return cdiv(total, block) + num_docs
 
 
 def tile_list(cu_seqlens: torch.Tensor, total: int, block: int, *, reverse: bool,
