@@ -1,11 +1,13 @@
 """Check and measure the host path of the eager training call on the GPU (flamia/kernels/launch.py).
 
-    PYTHONPATH=. python3 benchmarks/host_check.py [--workloads eq4x4k,...] [--skip-bench]
+    PYTHONPATH=. python3 benchmarks/host_check.py [--workloads eq4x4k,...] [--skip-bench] [--compile-tests]
 
 1. Direct launches (the kept compiled kernels' launchers) against Triton's ordinary launch,
    bit for bit: out, lse, dq, dk, dv on packed documents of odd lengths, with GQA, head dims
    64 and 128, causal and windowed masks; then the fused launches (plan, key and query
-   records) against the separate builders they replace (tests/test_kernel_plan.py).
+   records) against the separate builders they replace (tests/test_kernel_plan.py) and the
+   training call against the emulator (tests/test_kernel_ops.py); torch.compile against
+   eager (tests/test_compile.py) with --compile-tests (a minute or two more).
 2. benchmarks/host_overhead.py's measurement (host ms per call, launches per call, eager
    and graphed ms) on the six workloads, flamia and FA2, and flamia's host time with the
    direct launches switched off on the first workload.
@@ -34,13 +36,16 @@ def call(inputs, causal, window):
     return (out, lse, *torch.autograd.grad(out, (q, k, v), inputs.do))
 
 
+KEEP = launch._MAX_KEYS
+
+
 def plain_launches(enabled: bool) -> None:
     """Switch the kept kernels off (every launch through ``kernel[grid]``) or back on."""
     launch._kept.clear()
-    launch._MAX_KEYS = 512 if enabled else 0
+    launch._MAX_KEYS = KEEP if enabled else 0
 
 
-def check_bits() -> bool:
+def check_bits(compile_tests: bool) -> bool:
     from flamia.workload import make_packed_inputs
     ok = True
     for lengths, hq, hkv, d, causal, window in CASES:
@@ -57,8 +62,10 @@ def check_bits() -> bool:
         print(f"lengths {lengths} Hq {hq} Hkv {hkv} d {d} causal {causal} window {window}: "
               f"{kept} kept kernels, bitwise equal (out, lse, dq, dk, dv) {same}", flush=True)
     import pytest
-    rc = pytest.main(["-q", "-p", "no:cacheprovider", "tests/test_kernel_plan.py"])
-    print(f"tests/test_kernel_plan.py on the GPU: {'passed' if rc == 0 else 'FAILED'}", flush=True)
+    tests = ["tests/test_kernel_plan.py", "tests/test_kernel_ops.py"]
+    tests += ["tests/test_compile.py"] if compile_tests else []
+    rc = pytest.main(["-q", "-p", "no:cacheprovider", *tests])
+    print(f"{' '.join(tests)} on the GPU: {'passed' if rc == 0 else 'FAILED'}", flush=True)
     return ok and rc == 0
 
 
@@ -82,11 +89,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workloads", default="eq4x4k,eq8x8k,skew8k+32x256,skew8k+224x256,logu11-16k,logu29-64k")
     parser.add_argument("--skip-bench", action="store_true")
+    parser.add_argument("--compile-tests", action="store_true")
     args = parser.parse_args()
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, Triton {__import__('triton').__version__}",
           flush=True)
     t0 = time.perf_counter()
-    ok = check_bits()
+    ok = check_bits(args.compile_tests)
     print(f"bit checks {'passed' if ok else 'FAILED'} in {time.perf_counter() - t0:.0f} s", flush=True)
     if not args.skip_bench:
         bench(args.workloads.split(","))

@@ -28,14 +28,19 @@ def descriptor(x, block: tuple, layout) -> TensorDescriptor:
     """``TensorDescriptor.from_tensor(x, list(block), layout)`` for a 2-D view x, at a fraction
     of its host time: Triton validates each (dtype, block, layout) once, and what depends on
     x itself (a 16-byte aligned base and row stride, contiguous rows, no empty axis) is
-    checked here; a view that fails those goes through Triton's checks, which raise."""
+    checked here; a view that fails those goes through Triton's checks, which raise. Its
+    ``launch_key`` stands for (dtype, block, layout) in ``launch.py``'s keys, which would
+    otherwise hash the layout on every launch."""
     key = (x.dtype, block, layout)
     fields = _fields.get(key)
     rows, cols = x.shape
     if (fields is None or x.data_ptr() & 15 or (x.stride(0) * x.element_size()) & 15 or x.stride(1) != 1
             or not rows or not cols):
         desc = TensorDescriptor.from_tensor(x, list(block), layout)
-        _fields[key] = {k: v for k, v in vars(desc).items() if k not in ("base", "shape", "strides")}
+        if fields is None:
+            fields = {k: v for k, v in vars(desc).items() if k not in ("base", "shape", "strides")}
+            _fields[key] = dict(fields, launch_key=("descriptor", len(_fields)))
+        desc.launch_key = _fields[key]["launch_key"]
         return desc
     desc = object.__new__(TensorDescriptor)
     vars(desc).update(fields, base=x, shape=x.shape, strides=x.stride())

@@ -15,6 +15,7 @@ Triton 3.6 to 3.9 call a compiled kernel's launcher the same way
 launch_metadata, enter_hook, exit_hook, *all arguments in signature order)``); this module is
 the one place that relies on it.
 """
+import functools
 import operator
 
 import torch
@@ -26,7 +27,7 @@ from .fp8 import interpreting
 _MAX_KEYS = 512  # kept specializations; past this, new ones launch the ordinary way
 _OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")  # the launch options flamia passes
 _kept: dict = {}
-_plans: dict = {}  # (id(kernel), positional count) -> _Plan
+_bindings: dict = {}  # (id(kernel), positional count) -> _Binding
 
 
 def cdiv(a: int, b: int) -> int:
@@ -60,6 +61,9 @@ def _class(x):
         return x.dtype, not x.data_ptr() & 15
     if x is None or kind is bool:
         return x
+    token = getattr(x, "launch_key", None)
+    if token is not None:  # a descriptor from gluon_tma.descriptor: its (dtype, block, layout)
+        return token
     base = getattr(x, "base", None)
     if isinstance(base, torch.Tensor):  # a host tensor descriptor
         return base.dtype, tuple(x.block_shape), x.layout, x.padding, getattr(x, "round_f32_to_tf32", False)
@@ -78,7 +82,7 @@ def _picker(indices: list):
     return operator.itemgetter(*indices) if indices else lambda values: ()
 
 
-class _Plan:
+class _Binding:
     """How to read the arguments of a kernel called with ``positional`` positional ones:
     the names of the rest in signature order, and pickers of the runtime and constexpr values."""
 
@@ -90,6 +94,43 @@ class _Plan:
         self.constexpr = _picker([i for i, p in enumerate(params) if p.is_constexpr])
 
 
+class _Kinds:
+    """Pickers of the tensors, the ints and the other arguments (descriptors, bools; floats
+    and None need nothing but their type) among runtime values of one tuple of types."""
+
+    def __init__(self, types: tuple):
+        tensor = [issubclass(t, torch.Tensor) for t in types]
+        self.tensors = _picker([i for i, t in enumerate(tensor) if t])
+        self.ints = _picker([i for i, t in enumerate(types) if t is int])
+        self.rest = _picker([i for i, t in enumerate(types)
+                             if not tensor[i] and t not in (int, float, type(None))])
+
+
+_kinds: dict = {}
+_dtype = operator.attrgetter("dtype")
+_one = (1).__eq__
+_low_bits = (15).__and__
+
+
+def _runtime_key(values: tuple) -> tuple:
+    """``tuple(map(_class, values))`` in effect, with the common cases mapped by C functions:
+    the types; the tensors' dtypes and whether all are 16-byte aligned (else which are); the
+    ints' equality to 1 and divisibility by 16 (a 64-bit int takes ``_class``'s path); the
+    rest through ``_class``."""
+    types = tuple(map(type, values))
+    kinds = _kinds.get(types)
+    if kinds is None:
+        kinds = _kinds[types] = _Kinds(types)
+    tensors, ints = kinds.tensors(values), kinds.ints(values)
+    pointers = tuple(map(torch.Tensor.data_ptr, tensors))
+    aligned = not functools.reduce(operator.or_, pointers, 0) & 15 or tuple(not p & 15 for p in pointers)
+    if ints and (min(ints) < -0x80000000 or max(ints) > 0x7FFFFFFF):
+        int_key = tuple(map(_class, ints))
+    else:
+        int_key = tuple(map(_one, ints)), tuple(map(operator.not_, map(_low_bits, ints)))
+    return types, tuple(map(_dtype, tensors)), aligned, int_key, tuple(map(_class, kinds.rest(values)))
+
+
 def launch(kernel, grid: tuple, *args, **kwargs) -> None:
     """``kernel[grid](*args, **kwargs)``, through the kept compiled kernel when there is one.
     Every kernel parameter after the positional ones is given by keyword (no defaults);
@@ -97,16 +138,16 @@ def launch(kernel, grid: tuple, *args, **kwargs) -> None:
     if interpreting() or _hooked(knobs.runtime.launch_enter_hook) or _hooked(knobs.runtime.launch_exit_hook):
         kernel[grid](*args, **kwargs)
         return
-    plan = _plans.get((id(kernel), len(args)))
-    if plan is None:
-        plan = _plans[id(kernel), len(args)] = _Plan(kernel, len(args))
+    binding = _bindings.get((id(kernel), len(args)))
+    if binding is None:
+        binding = _bindings[id(kernel), len(args)] = _Binding(kernel, len(args))
     options = tuple(map(kwargs.get, _OPTIONS))
     try:
-        if len(args) + len(kwargs) != plan.count + sum(map(kwargs.__contains__, _OPTIONS)):
+        if len(args) + len(kwargs) != binding.count + sum(map(kwargs.__contains__, _OPTIONS)):
             raise KeyError("an option outside _OPTIONS, or a parameter left to its default")
-        values = args + tuple(map(kwargs.__getitem__, plan.keywords))
+        values = args + tuple(map(kwargs.__getitem__, binding.keywords))
         device = _device()
-        key = (id(kernel), device, tuple(map(_class, plan.runtime(values))), plan.constexpr(values), options)
+        key = (id(kernel), device, _runtime_key(binding.runtime(values)), binding.constexpr(values), options)
         compiled = _kept.get(key)
     except (KeyError, TypeError):  # not a call this path can key
         kernel[grid](*args, **kwargs)
