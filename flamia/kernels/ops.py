@@ -1,4 +1,4 @@
-"""The MXFP8 training call on the GPU as two functions, forward and backward, for the custom
+"""The MXFP8 and BF16 training calls on the GPU as two functions, forward and backward, for the custom
 ops of ``flamia/ops.py``: quantize -> forward, then quantize dO -> backward.
 
 Glue only: every launch lives in quantize.py, attn_fwd.py and attn_bwd.py. Nothing here reads
@@ -11,7 +11,7 @@ import torch
 from ..spec import AttnSpec
 from .attn_bwd import attention_backward
 from .attn_fwd import attention_forward
-from .configs import tiles_for
+from .configs import recipe_format, tiles_for
 from .layout import aligned_starts, transposed_extent
 from .prefix import prefix_v_exponent
 from .quantize import quantize_grad_output, quantize_operand
@@ -19,8 +19,8 @@ from .records import key_records
 
 
 class Residuals(NamedTuple):
-    """What the backward reads of the forward: the E4M3 codes (row-major [T, H, D] and
-    transposed [H, D, T_t], float8_e4m3fn) and int8 exponents [T, H] of Q and K, V's codes
+    """What the backward reads of the forward: the codes (row-major [T, H, D] and transposed
+    [H, D, T_t], float8_e4m3fn, or bfloat16 for the BF16 recipe) and int8 exponents [T, H] of Q and K, V's codes
     and exponents, the transposed codes' document starts cu_qt, cu_kt (int32 [num_docs + 1]),
     the key records [Hkv, Tk] int32, the row statistics m, ro [Hq, Tq] fp32 and PV [Tq, Hkv]
     int32."""
@@ -46,14 +46,14 @@ def empty_residuals(q: torch.Tensor, k: torch.Tensor, spec: AttnSpec) -> Residua
     (tq, hq, d), (tk, hkv) = q.shape, k.shape[:2]
     num_docs = spec.cu_seqlens_q.shape[0] - 1
     tq_t, tk_t = transposed_extent(tq, num_docs), transposed_extent(tk, num_docs)
-    fp8, i8, i32, f32 = torch.float8_e4m3fn, torch.int8, torch.int32, torch.float32
+    codes, i8, i32, f32 = recipe_format(spec.recipe.name).torch_dtype, torch.int8, torch.int32, torch.float32
 
     def new(shape, dtype):
         return q.new_empty(shape, dtype=dtype)
 
-    return Residuals(new((tq, hq, d), fp8), new((hq, d, tq_t), fp8), new((tq, hq), i8),
-                     new((tk, hkv, d), fp8), new((hkv, d, tk_t), fp8), new((tk, hkv), i8),
-                     new((tk, hkv, d), fp8), new((tk, hkv), i8),
+    return Residuals(new((tq, hq, d), codes), new((hq, d, tq_t), codes), new((tq, hq), i8),
+                     new((tk, hkv, d), codes), new((hkv, d, tk_t), codes), new((tk, hkv), i8),
+                     new((tk, hkv, d), codes), new((tk, hkv), i8),
                      new((num_docs + 1,), i32), new((num_docs + 1,), i32), new((hkv, tk), i32),
                      new((hq, tq), f32), new((hq, tq), f32), new((tq, hkv), i32))
 
@@ -65,7 +65,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     # (stride(-1) == 1, as the API requires) are copied once here.
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     recipe, d = spec.recipe, q.shape[-1]
-    tiles, rotate, block = tiles_for(d), recipe.use_hadamard(d), recipe.scale_block
+    fmt = recipe_format(recipe.name)
+    tiles, rotate, block = tiles_for(d, fmt), recipe.use_hadamard(d), recipe.scale_block
     # Q^T and K^T are written now, in the launch that reads Q and K anyway: the backward's
     # dK = G^T Q^ and dQ = G K^ need them as K-major FP8 operands. The transposed codes'
     # document starts and the quantizers' tile list are built once per side (Q's serve K and
@@ -73,9 +74,10 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     shared = spec.cu_seqlens_k is spec.cu_seqlens_q
     cu_qt = aligned_starts(spec.cu_seqlens_q)
     cu_kt = cu_qt if shared else aligned_starts(spec.cu_seqlens_k)
-    qq = quantize_operand(q, spec.cu_seqlens_q, block, rotate, True, cu_qt)
-    kq = quantize_operand(k, spec.cu_seqlens_k, block, rotate, True, cu_kt, work=qq.work if shared else None)
-    vq = quantize_operand(v, spec.cu_seqlens_k, block, False, True, cu_kt, work=kq.work)
+    qq = quantize_operand(q, spec.cu_seqlens_q, block, rotate, True, cu_qt, fmt=fmt)
+    kq = quantize_operand(k, spec.cu_seqlens_k, block, rotate, True, cu_kt, work=qq.work if shared else None,
+                          fmt=fmt)
+    vq = quantize_operand(v, spec.cu_seqlens_k, block, False, True, cu_kt, work=kq.work, fmt=fmt)
     key_rec = key_records(kq.exps, vq.exps)  # read by the forward and the backward's dQ
     pv = prefix_v_exponent(vq.exps, spec.cu_seqlens_q, spec.cu_seqlens_k, q.shape[0], spec.causal,
                            spec.window_size, block)
@@ -93,9 +95,10 @@ def backward(dout: torch.Tensor, out: torch.Tensor, res: Residuals,
              spec: AttnSpec) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq [Tq, Hq, D], dk, dv [Tk, Hkv, D] in dout's dtype from dO and the forward's out
     (any float dtype: its values are the kernel's bf16 output) and residuals."""
-    tiles = tiles_for(out.shape[-1])
+    fmt = recipe_format(spec.recipe.name)
+    tiles = tiles_for(out.shape[-1], fmt)
     go = quantize_grad_output(dout.contiguous(), out.contiguous(), res.ro, spec.cu_seqlens_q,
-                              spec.recipe.scale_block, tiles.bwd_block_m, res.cu_qt)
+                              spec.recipe.scale_block, tiles.bwd_block_m, res.cu_qt, fmt)
     return attention_backward(
         res.q_codes, res.q_codes_t, res.q_exps, res.k_codes, res.k_codes_t, res.k_exps, res.v_codes, res.v_exps,
         go.do_codes, go.do_exps, go.dot_codes_t, go.dot_exps, go.delta, res.m, res.ro, res.pv,
