@@ -62,24 +62,25 @@ def _load_cols(p, o_t, span, stride, D: tl.constexpr, MASK: tl.constexpr):
 
 
 @triton.jit
-def _row_scaled_mma(b_g, b_op, CODES: tl.constexpr, INTERPRET: tl.constexpr):
-    """(e4m3(G 2^-e) @ op) 2^e with one exponent per row of G (``row_scaled_codes``; BF16:
-    bf16(G) @ op): the dQ payload (rows = queries) and the dK payload (rows = keys). b_g:
-    [R, C] fp32, b_op: [C, D] codes -> [R, D] fp32."""
-    b_zero = tl.zeros([b_g.shape[0], b_op.shape[1]], dtype=tl.float32)
-    if CODES == tl.bfloat16:  # BF16 payloads take no scale
-        b_prod = mma(mma_token_order(to_codes(b_g, CODES, INTERPRET), CODES), b_op, b_zero, INTERPRET)
+def _add_row_scaled_mma(acc, b_g, b_op, CODES: tl.constexpr, INTERPRET: tl.constexpr):
+    """acc + (e4m3(G 2^-e) @ op) 2^e with one exponent per row of G (``row_scaled_codes``):
+    the dQ payload (rows = queries) and the dK payload (rows = keys). BF16 payloads take no
+    scale, so their product accumulates into acc inside the MMA (``chain_mma``). b_g: [R, C]
+    fp32, b_op: [C, D] codes, acc: [R, D] fp32."""
+    if CODES == tl.bfloat16:
+        acc = mma(mma_token_order(to_codes(b_g, CODES, INTERPRET), CODES), b_op, acc, INTERPRET)
     else:
         b_gc, b_f = row_scaled_codes(b_g, INTERPRET)
-        b_prod = mma(mma_token_order(b_gc, CODES), b_op, b_zero, INTERPRET) * b_f[:, None]
-    return b_prod
+        b_zero = tl.zeros([b_g.shape[0], b_op.shape[1]], dtype=tl.float32)
+        acc += mma(mma_token_order(b_gc, CODES), b_op, b_zero, INTERPRET) * b_f[:, None]
+    return acc
 
 
 @triton.jit
 def _dq_atomic_add(p_dqa, b_gt, b_kt, qinv, o_i, m_i, heads_q, D: tl.constexpr, CODES: tl.constexpr,
                    INTERPRET: tl.constexpr):
     """dQ's share of one (key tile, query step) pair, added to the fp32 accumulator with
-    atomics: the dQ payload of the dQ kernel's ``_row_scaled_mma`` (one exponent per query
+    atomics: the dQ payload of the dQ kernel's ``_add_row_scaled_mma`` (one exponent per query
     over the key tile), computed as dQ^T = K^T G^T so that the MMA's M is D, not the query
     step. G^T is transposed in fp32 first, so its fp8 codes reach the MMA as a K-major
     operand without an fp8 transpose. b_gt: [BN, BM] fp32 G^T; b_kt: [D, BN] K^T codes; qinv:
@@ -126,13 +127,13 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_r
     b_st = mma(b_k, tl.trans(b_q), b_zero, INTERPRET)  # [BN, BM] S^T
     b_dpt = mma(b_v, tl.trans(b_do), b_zero, INTERPRET)  # [BN, BM] dP^T before its factors
     b_pct, b_wt = grad_scores(b_st, b_dpt, key[0], qg, qry, key[2], o_i, o_k, geo, 1, MASK, CODES, INTERPRET)
-    b_dv = mma(mma_token_order(b_pct, CODES), tl.trans(b_dott), tl.zeros_like(acc_dv), INTERPRET)  # [BN, D]
     if CODES == tl.float8e4nv:
+        b_dv = mma(mma_token_order(b_pct, CODES), tl.trans(b_dott), tl.zeros_like(acc_dv), INTERPRET)  # [BN, D]
         acc_dv += b_dv * pow2(e_dot)
-    else:
-        acc_dv += b_dv
+    else:  # BF16: no step exponent, so the product accumulates inside the MMA
+        acc_dv = mma(mma_token_order(b_pct, CODES), tl.trans(b_dott), acc_dv, INTERPRET)
     # dK's payload rows are keys: 2^eK and 2^-eV are constant along a row, the epilogue's.
-    acc_dk += _row_scaled_mma(b_wt, tl.trans(b_qt), CODES, INTERPRET)  # W^T is G^T 2^(eV - eK)
+    acc_dk = _add_row_scaled_mma(acc_dk, b_wt, tl.trans(b_qt), CODES, INTERPRET)  # W^T is G^T 2^(eV - eK)
     if DQ_ATOMIC:  # dQ's payload G, whose query's 2^eQ the atomic sum leaves out
         _dq_atomic_add(p_dqa, b_wt * (key[1] * key[3])[:, None], b_kt, reciprocal_pow2(qg), o_i, m_i, heads_q, D,
                        CODES, INTERPRET)
@@ -225,7 +226,7 @@ def _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt, p_krec, n_k, geo, s
     b_s = mma(b_q, tl.trans(b_k), b_zero, INTERPRET)  # [BM, BN] S
     b_dp = mma(b_do, tl.trans(b_v), b_zero, INTERPRET)  # [BM, BN] dP before its factors
     _, b_g = grad_scores(b_s, b_dp, qx, kf, qry, vf, o_i, o_k, geo, 0, MASK, CODES, INTERPRET)  # [BM, BN] payload G
-    return acc + _row_scaled_mma(b_g, tl.trans(b_kt), CODES, INTERPRET)
+    return _add_row_scaled_mma(acc, b_g, tl.trans(b_kt), CODES, INTERPRET)
 
 
 @triton.jit

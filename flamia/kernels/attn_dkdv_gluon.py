@@ -119,14 +119,16 @@ def _half_factors(rec_s, REC_L: gl.constexpr, QRY: gl.constexpr):
 
 
 @gluon.jit
-def _step_product(b_a0, b_a1, b_s, BM: gl.constexpr, A_L: gl.constexpr, CODES: gl.constexpr, b_zero):
-    """A @ B over a step's queries, [BN, D] fp32: the halves' register A operands b_a0, b_a1
-    [BN, 32] (b_a1 unused when BM = 32) against b_s [D, BM] in shared memory (K-major), chained
-    in one fresh accumulator as one K = BM product's instructions."""
+def _step_product(b_a0, b_a1, b_s, BM: gl.constexpr, A_L: gl.constexpr, CODES: gl.constexpr, acc):
+    """acc + A @ B over a step's queries, [BN, D] fp32: the halves' register A operands b_a0,
+    b_a1 [BN, 32] (b_a1 unused when BM = 32) against b_s [D, BM] in shared memory (K-major),
+    chained as one K = BM product's instructions. E4M3 products start from zero (acc: zeros,
+    not read) to take their step's scale; BF16 ones accumulate into acc inside the MMA, as
+    the Triton kernel's ``tl.dot`` with an accumulator does."""
     SUB: gl.constexpr = b_a0.shape[1]
     acc = warpgroup_mma(gl.convert_layout(mma_token_order(b_a0, CODES), A_L, assert_trivial=True),
-                        b_s.slice(0, SUB, dim=1).permute((1, 0)), b_zero,
-                        use_acc=False, is_async=True)
+                        b_s.slice(0, SUB, dim=1).permute((1, 0)), acc,
+                        use_acc=CODES == gl.bfloat16, is_async=True)
     if BM == 2 * SUB:
         acc = warpgroup_mma(gl.convert_layout(mma_token_order(b_a1, CODES), A_L, assert_trivial=True),
                             b_s.slice(SUB, SUB, dim=1).permute((1, 0)), acc,
@@ -249,11 +251,11 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
                    GROUP, BM, D, descs, smem, bars)
         g, t = _next(g, t, n_head)
         g_now, t_now = _next(g_now, t_now, n_head)
-        b_dv = _step_product(b_pc0, b_pc1, dott_s.index(slot), BM, A_L, CODES, b_zero_o)  # [BN, D]
         if CODES == gl.float8e4nv:
+            b_dv = _step_product(b_pc0, b_pc1, dott_s.index(slot), BM, A_L, CODES, b_zero_o)  # [BN, D]
             acc_dv = acc_dv + b_dv * pow2(e_dot)
-        else:
-            acc_dv = acc_dv + b_dv
+        else:  # BF16: no step exponent, so the product accumulates inside the MMA
+            acc_dv = _step_product(b_pc0, b_pc1, dott_s.index(slot), BM, A_L, CODES, acc_dv)
         # dK's payload rows are keys: 2^eK and 2^-eV are constant along a row, the epilogue's.
         if CODES == gl.bfloat16:                                     # W^T is G^T 2^(eV - eK)
             b_gc0, b_gc1 = to_codes(b_w0, CODES, False), to_codes(b_w1, CODES, False)  # no scale
@@ -262,10 +264,10 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
         else:
             b_gc0, b_f = row_scaled_codes(b_w0, False)
             b_gc1 = b_gc0                                            # one half: unused
-        b_dk = _step_product(b_gc0, b_gc1, qt_s.index(slot), BM, A_L, CODES, b_zero_o)  # [BN, D]
         if CODES == gl.bfloat16:
-            acc_dk = acc_dk + b_dk
+            acc_dk = _step_product(b_gc0, b_gc1, qt_s.index(slot), BM, A_L, CODES, acc_dk)
         else:
+            b_dk = _step_product(b_gc0, b_gc1, qt_s.index(slot), BM, A_L, CODES, b_zero_o)  # [BN, D]
             acc_dk = acc_dk + b_dk * gl.convert_layout(b_f, OKEY)[:, None]
         s_nxt, dp_nxt = _issue_scores(k_s, v_s, q_s, do_s, bars, n + 1, STAGES, SUB, b_zero_s)
     warpgroup_mma_wait(0, deps=(s_nxt, dp_nxt))

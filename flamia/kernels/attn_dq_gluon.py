@@ -133,19 +133,21 @@ def dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, kt_desc, p_rec, p_krec, p_c
                    h_k * D, h_k * D, kt_col + k_ahead)
         kf, vf = record_factors(rec)                                # [BN] 2^eK, 2^eV
         b_g = grad_scores(b_s, b_dp, qx, kf, qry, vf, o_i, k0 + o_j, geo, 0, n >= n_full, CODES, False)[1]  # G
-        if CODES == gl.bfloat16:  # BF16 payloads take no scale
+        b_init = b_zero_o
+        if CODES == gl.bfloat16:  # BF16 payloads take no scale: the product accumulates into acc in the MMA
             b_gc = to_codes(b_g, CODES, False)
+            b_init = acc
         else:
             b_gc, b_f = row_scaled_codes(b_g, False)  # G's codes
         b_t = warpgroup_mma(gl.convert_layout(mma_token_order(b_gc, CODES), G_L, assert_trivial=True),
-                            kt_s.index(n % STAGES).permute((1, 0)), b_zero_o,
-                            use_acc=False, is_async=True)
+                            kt_s.index(n % STAGES).permute((1, 0)), b_init,
+                            use_acc=CODES == gl.bfloat16, is_async=True)
         # The next step's products queue behind this dQ tile and run under its sum (after
         # the last step, on keys no row reads: two products per program kept for a uniform loop).
         s_nxt, dp_nxt = _issue_scores(q_s, do_s, k_s, v_s, bars, n + 1, STAGES, b_zero_s)
         b_t = warpgroup_mma_wait(2, deps=(b_t,))                   # [BM, D]
         if CODES == gl.bfloat16:
-            acc = acc + b_t
+            acc = b_t
         else:
             acc = acc + b_t * gl.convert_layout(b_f, gl.SliceLayout(1, O_L))[:, None]
     warpgroup_mma_wait(0, deps=(s_nxt, dp_nxt))

@@ -61,10 +61,14 @@ def _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k, p_vt, p_krec, k_lo, b_fi
     b_s = mma(b_q, tl.trans(b_k), tl.zeros([b_q.shape[0], BN], tl.float32), INTERPRET)  # [BM, BN]
     b_pq, b_alpha, b_l, b_m_new = scores_to_codes(b_s * b_kf[None, :], b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first,
                                                   b_last, TAU, MASK, CODES, INTERPRET)
-    # P^ V^ starts from zero and is added in fp32: Hopper's FP8 MMA accumulates with reduced
-    # precision, which over a whole row of key tiles cost 0.4% of O against the emulator.
-    b_tile_o = mma(mma_token_order(b_pq, CODES), tl.trans(b_vt), tl.zeros_like(b_acc), INTERPRET)  # [BM, D]
-    b_acc = b_acc * b_alpha[:, None] + b_tile_o
+    if CODES == tl.bfloat16:
+        # BF16 MMAs accumulate in full fp32: P^ V^ adds into the rescaled acc inside the MMA.
+        b_acc = mma(mma_token_order(b_pq, CODES), tl.trans(b_vt), b_acc * b_alpha[:, None], INTERPRET)
+    else:
+        # P^ V^ starts from zero and is added in fp32: Hopper's FP8 MMA accumulates with reduced
+        # precision, which over a whole row of key tiles cost 0.4% of O against the emulator.
+        b_tile_o = mma(mma_token_order(b_pq, CODES), tl.trans(b_vt), tl.zeros_like(b_acc), INTERPRET)  # [BM, D]
+        b_acc = b_acc * b_alpha[:, None] + b_tile_o
     return b_acc, b_l, b_m_new
 
 

@@ -129,12 +129,18 @@ def attn_fwd_gluon_kernel(q_desc, p_qe, k_desc, vt_desc, p_krec, p_pv, p_cu_q, p
         s_next = _issue_scores(q_s, k_s, bars, j + 1, BM, BN, STAGES, S_L)
         b_pq, b_alpha, b_l, b_m = scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU,
                                                   (t < u_lo) | (t >= u_hi), CODES, False, _to_rows, ROW)
-        # P^ V^ from zero, added in fp32 (attn_fwd._attend_tile says why).
-        b_tile_o = warpgroup_mma(gl.convert_layout(mma_token_order(b_pq, CODES), P_L, assert_trivial=True),
-                                 v_s.index(j % STAGES).permute((1, 0)),
-                                 gl.zeros([BM, D], gl.float32, layout=O_L), use_acc=False, is_async=True)
-        b_tile_o = warpgroup_mma_wait(0, deps=(b_tile_o,))         # [BM, D]
-        b_acc = b_acc * gl.convert_layout(b_alpha, gl.SliceLayout(1, O_L))[:, None] + b_tile_o
+        # E4M3: P^ V^ from zero, added in fp32; BF16: into the rescaled acc inside the MMA
+        # (attn_fwd._attend_tile says why).
+        b_p_op = gl.convert_layout(mma_token_order(b_pq, CODES), P_L, assert_trivial=True)
+        if CODES == gl.bfloat16:
+            b_acc = b_acc * gl.convert_layout(b_alpha, gl.SliceLayout(1, O_L))[:, None]
+            b_acc = warpgroup_mma(b_p_op, v_s.index(j % STAGES).permute((1, 0)), b_acc, is_async=True)
+            b_acc = warpgroup_mma_wait(0, deps=(b_acc,))           # [BM, D]
+        else:
+            b_tile_o = warpgroup_mma(b_p_op, v_s.index(j % STAGES).permute((1, 0)),
+                                     gl.zeros([BM, D], gl.float32, layout=O_L), use_acc=False, is_async=True)
+            b_tile_o = warpgroup_mma_wait(0, deps=(b_tile_o,))     # [BM, D]
+            b_acc = b_acc * gl.convert_layout(b_alpha, gl.SliceLayout(1, O_L))[:, None] + b_tile_o
     warpgroup_mma_wait(0, deps=(s_next,))
     n = t_hi - t_lo
     for i in gl.static_range(STAGES - 2):
