@@ -184,7 +184,8 @@ def test_backward_names_bad_argument():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("recipe, tile_cfg", [("mxfp8", AttnTiles()), ("mxfp8", AttnTiles(dq_atomic=True, dkdv_gluon=False)),
+@pytest.mark.parametrize("recipe, tile_cfg", [("mxfp8", AttnTiles()),
+                                              ("mxfp8", AttnTiles(dq_atomic=True, dkdv_gluon=False)),
                                               ("bf16", tiles_for(128, recipe_format("bf16")))],
                          ids=["shipped", "dq-atomic", "shipped-bf16"])
 def test_backward_matches_emulator_gpu(recipe, tile_cfg):

@@ -5,9 +5,10 @@ Each key step reads K^ [BN, D], V^ [BN, D] and K^T [D, BN]. The Triton kernel lo
 with per-thread addresses and keeps a key factor per key in registers (48 of them); here one
 thread issues TMA copies of whole tiles into NVMMA-swizzled shared memory, STAGES - 1 steps
 ahead, and the key words come once per 32-key block (``records.block_key_records``). The
-three products are asynchronous wgmma (E4M3 or BF16, ``CODES``): each step issues its dQ tile's product and then
-the next step's S and dP, and adds the dQ tile while those run, so the tensor cores go from
-one step's products to the next without waiting for the sum.
+three products are asynchronous wgmma (E4M3 or BF16 operands, ``CODES``): each step issues
+its dQ tile's product and then the next step's S and dP, and adds the dQ tile while those
+run (BF16: accumulates it inside the MMA), so the tensor cores go from one step's products to
+the next without waiting for the sum.
 
 The step order (the full steps, then the masked ones: dQ's fp32 sum follows it), the
 payload (``bwd_math.grad_scores``, ``row_scaled_codes``) and the epilogue (``store_dq``) are

@@ -237,7 +237,8 @@ def quantize_operand(x: torch.Tensor, cu_seqlens: torch.Tensor, block: int = 32,
                      hadamard: bool = False, transposed: bool = True,
                      cu_seqlens_t: torch.Tensor | None = None, work: torch.Tensor | None = None,
                      fmt: OperandFormat = E4M3) -> KernelOperand:
-    """Q, K or V -> token-block E4M3 (``fmt=BF16``: bf16 values, exponents 0) in one launch. x: [T, H, D] bf16/fp16/fp32, contiguous;
+    """Q, K or V -> token-block E4M3 (``fmt=BF16``: bf16 values, exponents 0) in one launch.
+    x: [T, H, D] bf16/fp16/fp32, contiguous;
     cu_seqlens: int32 [num_docs + 1] on x's device; block: tokens per scale block (32, or 1
     for per-token scales); hadamard: rotate the head dim first (NUMERICS.md 2);
     transposed: also write codes_t; cu_seqlens_t: ``aligned_starts(cu_seqlens)`` if the
