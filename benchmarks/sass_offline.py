@@ -23,7 +23,10 @@ import re
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
+# This checkout's flamia for both processes, also where another one is installed.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 _MMA = ("QGMMA", "HGMMA", "HMMA")
 
 
