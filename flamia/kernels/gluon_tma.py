@@ -1,12 +1,15 @@
-"""TMA plumbing shared by the Gluon attention kernels (``attn_fwd_gluon.py``, ``attn_dq_gluon.py``):
-the load's name across Triton versions, the warps of one warpgroup, the copy slots' mbarriers,
-and host descriptors of FP8 code tensors."""
+"""TMA plumbing shared by the Gluon attention kernels (``attn_fwd_gluon.py``, ``attn_dq_gluon.py``,
+``attn_dkdv_gluon.py``): the load's name across Triton versions, the warps of one warpgroup, the
+copy slots' mbarriers, host descriptors of code tensors (E4M3 or BF16), and the wgmma layouts of
+an operand format."""
 import functools
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from .configs import format_of
 
 # Triton 3.6 names the TMA load async_copy_global_to_shared; later versions (the offline
 # SASS test may run one) call it async_load.
@@ -15,10 +18,11 @@ WARPS = gl.constexpr(4)  # one warpgroup, 16 rows per warp: AttnTiles checks 64-
 
 
 @functools.lru_cache(maxsize=None)
-def fp8_layout(block: tuple):
-    """The NVMMA shared layout a wgmma operand of an FP8 ``block`` needs: built once per
-    block, as constructing it costs more host time than the launch that uses it."""
-    return gl.NVMMASharedLayout.get_default_for(list(block), gl.float8e4nv)
+def code_layout(block: tuple, codes):
+    """The NVMMA shared layout a wgmma operand ``block`` of codes (gl.float8e4nv or
+    gl.bfloat16) needs: built once per block, as constructing it costs more host time than
+    the launch that uses it."""
+    return gl.NVMMASharedLayout.get_default_for(list(block), codes)
 
 
 _fields: dict = {}  # (dtype, block, layout) -> a validated descriptor's fields but the tensor's own
@@ -47,11 +51,28 @@ def descriptor(x, block: tuple, layout) -> TensorDescriptor:
     return desc
 
 
-def fp8_descriptors(*views):
-    """Host TMA descriptors of 2-D float8_e4m3fn views, each given as (tensor, block shape),
-    with the NVMMA shared layout a wgmma operand of that block needs. Rows and columns past
-    a view's end read zeros."""
-    return tuple(descriptor(x, tuple(block), fp8_layout(tuple(block))) for x, block in views)
+def code_descriptors(*views):
+    """Host TMA descriptors of 2-D code views (float8_e4m3fn or bfloat16), each given as
+    (tensor, block shape), with the NVMMA shared layout a wgmma operand of that block needs.
+    Rows and columns past a view's end read zeros."""
+    return tuple(descriptor(x, tuple(block), code_layout(tuple(block), format_of(x).codes)) for x, block in views)
+
+
+@gluon.constexpr_function
+def mma_layout(N, CODES):
+    """The accumulator layout of a one-warpgroup wgmma [64, N] on operands of format CODES:
+    the instruction's k is 32 bytes, 32 E4M3 or 16 BF16 elements (Triton's choice for these
+    tiles, so the Gluon kernels run the Triton kernels' instructions)."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
+                                     instr_shape=[16, N, 256 // CODES.primitive_bitwidth])
+
+
+@gluon.constexpr_function
+def register_a_layout(parent, CODES):
+    """The register A operand of a wgmma whose accumulator is ``parent``: each thread holds 32
+    bits of k per row, 4 E4M3 or 2 BF16 elements."""
+    return gl.DotOperandLayout(operand_index=0, parent=parent, k_width=32 // CODES.primitive_bitwidth)
+
 
 
 @gluon.jit
