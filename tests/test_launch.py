@@ -53,18 +53,20 @@ def test_hooks():
 def test_descriptor_equals_tritons():
     """gluon_tma.descriptor builds the fields TensorDescriptor.from_tensor builds, and sends a
     view it cannot vouch for through Triton's checks."""
+    from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from flamia.kernels.gluon_tma import descriptor, fp8_layout
+    from flamia.kernels.gluon_tma import code_layout, descriptor
 
     for shape in [(100, 2048), (3, 4096), (100, 2048)]:
         x = torch.zeros(shape, dtype=torch.float8_e4m3fn)
-        got = descriptor(x, (64, 128), fp8_layout((64, 128)))
-        want = TensorDescriptor.from_tensor(x, [64, 128], fp8_layout((64, 128)))
+        got = descriptor(x, (64, 128), code_layout((64, 128), gl.float8e4nv))
+        want = TensorDescriptor.from_tensor(x, [64, 128], code_layout((64, 128), gl.float8e4nv))
         assert type(got) is TensorDescriptor and vars(got).keys() - vars(want).keys() == {"launch_key"}
         assert all(getattr(got, k) is x if k == "base" else getattr(got, k) == v for k, v in vars(want).items())
     try:
-        descriptor(torch.zeros(100, 2048, dtype=torch.float8_e4m3fn)[:, 1:], (64, 128), fp8_layout((64, 128)))
+        descriptor(torch.zeros(100, 2048, dtype=torch.float8_e4m3fn)[:, 1:], (64, 128),
+                   code_layout((64, 128), gl.float8e4nv))
     except AssertionError:
         pass
     else:
