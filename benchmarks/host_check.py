@@ -1,6 +1,6 @@
 """Check and measure the host path of the eager training call on the GPU (flamia/kernels/launch.py).
 
-    PYTHONPATH=. python3 benchmarks/host_check.py [--workloads eq4x4k,...] [--skip-bench] [--compile-tests]
+    PYTHONPATH=. python3 benchmarks/host_check.py [--workloads eq4x4k,...] [--skip-bench] [--compile-tests] [--no-pytest] [--out DIR]
 
 1. Direct launches (the kept compiled kernels' launchers) against Triton's ordinary launch,
    bit for bit: out, lse, dq, dk, dv on packed documents of odd lengths, with GQA, head dims
@@ -45,7 +45,7 @@ def plain_launches(enabled: bool) -> None:
     launch._MAX_KEYS = KEEP if enabled else 0
 
 
-def check_bits(compile_tests: bool) -> bool:
+def check_bits(compile_tests: bool, pytest_files: bool) -> bool:
     from flamia.workload import make_packed_inputs
     ok = True
     for lengths, hq, hkv, d, causal, window in CASES:
@@ -61,6 +61,8 @@ def check_bits(compile_tests: bool) -> bool:
         ok &= all(same) and kept > 0
         print(f"lengths {lengths} Hq {hq} Hkv {hkv} d {d} causal {causal} window {window}: "
               f"{kept} kept kernels, bitwise equal (out, lse, dq, dk, dv) {same}", flush=True)
+    if not pytest_files:
+        return ok
     import pytest
     tests = ["tests/test_kernel_plan.py", "tests/test_kernel_ops.py"]
     tests += ["tests/test_compile.py"] if compile_tests else []
@@ -69,12 +71,14 @@ def check_bits(compile_tests: bool) -> bool:
     return ok and rc == 0
 
 
-def bench(names: list[str]) -> None:
+def bench(names: list[str], out: str | None) -> None:
     sys.path.insert(0, "benchmarks")
     import host_overhead
     from flamia.bench.workloads import WORKLOADS, make_case
 
-    host_overhead.measure(names)
+    rows = host_overhead.measure(names)
+    if out:
+        host_overhead.write(rows, out)
     case = make_case(WORKLOADS[names[0]], "cuda")
     job = host_overhead.providers(case)["flamia mxfp8"]
     plain_launches(False)
@@ -90,14 +94,16 @@ def main() -> None:
     parser.add_argument("--workloads", default="eq4x4k,eq8x8k,skew8k+32x256,skew8k+224x256,logu11-16k,logu29-64k")
     parser.add_argument("--skip-bench", action="store_true")
     parser.add_argument("--compile-tests", action="store_true")
+    parser.add_argument("--no-pytest", action="store_true", help="bit checks only (the GPU gate runs the test files)")
+    parser.add_argument("--out", default=None, help="also write host_overhead.py's results.json/md/png here")
     args = parser.parse_args()
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, Triton {__import__('triton').__version__}",
           flush=True)
     t0 = time.perf_counter()
-    ok = check_bits(args.compile_tests)
+    ok = check_bits(args.compile_tests, not args.no_pytest)
     print(f"bit checks {'passed' if ok else 'FAILED'} in {time.perf_counter() - t0:.0f} s", flush=True)
     if not args.skip_bench:
-        bench(args.workloads.split(","))
+        bench(args.workloads.split(","), args.out)
     print(f"total {time.perf_counter() - t0:.0f} s")
     sys.exit(0 if ok else 1)
 
