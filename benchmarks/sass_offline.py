@@ -1,8 +1,8 @@
 """Compile every Triton (and Gluon) launch of one training call for Hopper (sm_90a) on a machine
-without a GPU, and read its SASS: registers, spills, FP8 wgmma (QGMMA) count, and the instruction mix
+without a GPU, and read its SASS: registers, spills, shared memory, FP8 and BF16 wgmma (QGMMA, HGMMA) counts, and the instruction mix
 of each kernel's step loop. Device time is scarce; instruction counts are not.
 
-    PYTHONPATH=. python3 benchmarks/sass_offline.py [--workload eq8x8k] [--kernels REGEX] [--out FILE]
+    PYTHONPATH=. python3 benchmarks/sass_offline.py [--workload eq8x8k] [--recipe mxfp8] [--kernels REGEX] [--out FILE]
 
 How: a first process runs the training call on the CPU under TRITON_INTERPRET=1 with every
 kernel launch intercepted and skipped, recording each launch's arguments (tensors of the
@@ -23,15 +23,19 @@ import re
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
+# This checkout's flamia for both processes, also where another one is installed.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 _MMA = ("QGMMA", "HGMMA", "HMMA")
 
 
-def capture(workload: str) -> list[dict]:
+def capture(workload: str, recipe: str) -> list[dict]:
     """Every kernel launch of one training call (forward + backward) on ``workload``'s shapes,
     as {kernel, module, grid, args: [{kind, ...}], kwargs}; the kernels do not run."""
     os.environ["TRITON_INTERPRET"] = "1"
     import torch
+    import triton.language as tl
     from triton.experimental.gluon._runtime import GluonJITFunction
     from triton.experimental.gluon.language import _layouts as gl_layouts
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -47,6 +51,8 @@ def capture(workload: str) -> list[dict]:
     launches = []
 
     def describe(x):
+        if isinstance(x, tl.dtype):  # a constexpr dtype: the operand format's CODES
+            return {"kind": "dtype", "value": x.name}
         if isinstance(x, torch.Tensor):
             return {"kind": "tensor", "dtype": str(x.dtype).removeprefix("torch."), "ptr16": x.data_ptr() % 16 == 0}
         if isinstance(x, TensorDescriptor):  # a Gluon kernel's TMA operand
@@ -74,7 +80,7 @@ def capture(workload: str) -> list[dict]:
     i = make_case(WORKLOADS[workload], "cpu").inputs
     q, k, v = (x.detach().clone().requires_grad_() for x in (i.q, i.k, i.v))
     spec = AttnSpec(i.cu_seqlens, i.cu_seqlens, i.max_seqlen, i.max_seqlen, True, q.shape[-1] ** -0.5, (-1, -1),
-                    resolve_recipe("mxfp8"))
+                    resolve_recipe(recipe))
     out, _ = ops.attention(q, k, v, spec, "triton")  # CPU tensors: the launches are recorded, not run
     torch.autograd.grad(out, (q, k, v), i.do)
     return launches
@@ -107,6 +113,8 @@ def compile_launch(launch: dict, seen: dict):
         if index in fn.constexprs:
             signature[name] = "constexpr"
             constexprs[name] = False if name == "INTERPRET" else a.get("value")
+            if a["kind"] == "dtype":
+                constexprs[name] = triton.language.dtype(a["value"])
             if a["kind"] == "layout":  # rebuilt from its dataclass repr
                 from triton.experimental.gluon.language import _layouts
                 constexprs[name] = eval(a["value"], vars(_layouts))
@@ -137,7 +145,7 @@ def compile_launch(launch: dict, seen: dict):
     source = GluonASTSource if isinstance(fn, GluonJITFunction) else ASTSource
     src = source(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
-    return compiled.asm, label
+    return {**compiled.asm, "shared": compiled.metadata.shared}, label
 
 
 def _tool(name: str) -> str:
@@ -185,7 +193,8 @@ def read_sass(cubin: bytes) -> dict:
     regs = dict(re.findall(r"(REG|STACK|LOCAL):(\d+)", usage))
     ops = [o for _, o, _ in code]
     return {"regs": int(regs.get("REG", -1)), "stack_bytes": int(regs.get("STACK", -1)),
-            "instructions": len(ops), "QGMMA": ops.count("QGMMA"), "LDL/STL": ops.count("LDL") + ops.count("STL"),
+            "instructions": len(ops), "QGMMA": ops.count("QGMMA"), "HGMMA": ops.count("HGMMA"),
+            "LDL/STL": ops.count("LDL") + ops.count("STL"),
             "opcodes": dict(collections.Counter(ops).most_common()),
             "mma_loops": sorted(len(body) for body in loops),
             "inner_loop": {"instructions": len(inner), "opcodes": dict(collections.Counter(inner).most_common())}}
@@ -194,19 +203,21 @@ def read_sass(cubin: bytes) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workload", default="eq8x8k")
+    ap.add_argument("--recipe", default="mxfp8", help="a recipe the triton backend runs (mxfp8, bf16)")
     ap.add_argument("--kernels", default=".", help="regex on kernel names")
     ap.add_argument("--out", help="also write the report as JSON here")
     ap.add_argument("--capture", action="store_true", help=argparse.SUPPRESS)  # the first process
     args = ap.parse_args(argv)
     if args.capture:
-        json.dump(capture(args.workload), sys.stdout)
+        json.dump(capture(args.workload, args.recipe), sys.stdout)
         return 0
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         # Kernels imported under the interpreter cannot be compiled: run again without it.
         env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
         return subprocess.run([sys.executable, __file__, *(sys.argv[1:] if argv is None else argv)], env=env).returncode
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    recorded = subprocess.run([sys.executable, __file__, "--capture", "--workload", args.workload], env=env,
+    recorded = subprocess.run([sys.executable, __file__, "--capture", "--workload", args.workload, "--recipe",
+                               args.recipe], env=env,
                               capture_output=True, text=True, check=True).stdout
     report, seen = {}, {}
     for launch in json.loads(recorded):
@@ -215,16 +226,18 @@ def main(argv=None) -> int:
         asm, label = compile_launch(launch, seen)
         if asm is None:
             continue
-        report[label] = r = {**read_sass(asm["cubin"]), "ptxas_warnings": ptxas_warnings(asm["ptx"])}
+        report[label] = r = {**read_sass(asm["cubin"]), "ptxas_warnings": ptxas_warnings(asm["ptx"]),
+                             "shared_bytes": asm["shared"]}
         print(f"{label}: {r['regs']} registers, {r['stack_bytes']} B stack, {r['LDL/STL']} LDL/STL, "
-              f"{r['QGMMA']} QGMMA, {r['instructions']} instructions", flush=True)
+              f"{r['QGMMA']} QGMMA, {r['HGMMA']} HGMMA, {r['shared_bytes']} B shared, {r['instructions']} instructions",
+              flush=True)
         for warning in r["ptxas_warnings"]:
             print(f"  ptxas: {warning}", flush=True)
         if r["mma_loops"]:
             print(f"  loops with an MMA: {r['mma_loops']} instructions; the smallest: "
                   + ", ".join(f"{op} {n}" for op, n in list(r["inner_loop"]["opcodes"].items())[:24]), flush=True)
     if args.out:
-        json.dump({"workload": args.workload, "kernels": report}, open(args.out, "w"), indent=1)
+        json.dump({"workload": args.workload, "recipe": args.recipe, "kernels": report}, open(args.out, "w"), indent=1)
     return 0
 
 

@@ -11,12 +11,13 @@ import numbers
 
 import torch
 
-from .kernels.configs import SUPPORTED_HEAD_DIMS
+from .kernels.configs import RECIPE_FORMATS, SUPPORTED_HEAD_DIMS
 from .recipes import Recipe
 
 INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 BACKENDS = ("triton", "reference")
 REFERENCE_MAX_HEAD_DIM = 256
+KERNEL_RECIPES = tuple(RECIPE_FORMATS)
 
 
 def _is_int(x) -> bool:
@@ -132,21 +133,31 @@ def check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
         _check_cu_values("cu_seqlens_k", cu_seqlens_k, k.shape[0], "max_seqlen_k", max_seqlen_k)
 
 
+def _kernel_recipe(recipe: Recipe) -> str | None:
+    """Why the triton backend cannot run ``recipe``, or None when it can (the plain mxfp8 and
+    bf16 recipes)."""
+    if recipe.name not in KERNEL_RECIPES:
+        return f"'triton' runs the {KERNEL_RECIPES} recipes, got {recipe.name!r}"
+    if recipe.is_ablation:
+        return "'triton' does not run ablation recipes"
+    if recipe.name == "bf16" and recipe.hadamard:
+        return "'triton' runs the bf16 recipe without the Hadamard rotation"
+    return None
+
+
 def resolve_backend(backend, recipe: Recipe, q: torch.Tensor) -> str:
-    """None -> "triton" for the plain mxfp8 recipe on CUDA, else "reference" (the emulator);
-    an explicit "triton" must be runnable: CUDA tensors and the plain mxfp8 recipe."""
+    """None -> "triton" for the plain mxfp8 and bf16 recipes on CUDA, else "reference" (the
+    emulator); an explicit "triton" must be runnable: CUDA tensors and one of those recipes."""
     if backend is None:
-        return "triton" if q.is_cuda and recipe.name == "mxfp8" and not recipe.is_ablation else "reference"
+        return "triton" if q.is_cuda and _kernel_recipe(recipe) is None else "reference"
     if not isinstance(backend, str):
         raise TypeError(f"backend: expected None or a name, got {type(backend).__name__}")
     if backend not in BACKENDS:
         raise ValueError(f"backend: unknown backend {backend!r}; choose one of {BACKENDS} or None")
     if backend == "triton":
-        if recipe.name != "mxfp8":
-            raise ValueError(f"backend: 'triton' runs the mxfp8 recipe only, got {recipe.name!r}; "
-                             "use backend='reference'")
-        if recipe.is_ablation:
-            raise ValueError("backend: 'triton' does not run ablation recipes; use backend='reference'")
+        why = _kernel_recipe(recipe)
+        if why is not None:
+            raise ValueError(f"backend: {why}; use backend='reference'")
         if not q.is_cuda:
             raise ValueError(f"backend: 'triton' needs CUDA tensors, q is on {q.device}; "
                              "use backend='reference' (the emulator) on the CPU")

@@ -109,6 +109,8 @@ VARLEN_CASES = {
     "backend_wrong_type": (with_(backend=1), TypeError, "backend"),
     "triton_without_cuda": (with_(backend="triton"), ValueError, "backend"),
     "triton_nvfp4": (with_(backend="triton", recipe="nvfp4"), ValueError, "backend"),
+    "triton_bf16_hadamard": (with_(backend="triton", recipe=RECIPES["bf16"].with_(hadamard=True)), ValueError,
+                             "backend"),
     "triton_ablation": (with_(backend="triton", recipe=ABLATION), ValueError, "backend"),
     "validate_values_str": (with_(validate_values="yes"), TypeError, "validate_values"),
 }
@@ -229,9 +231,15 @@ def test_triton_head_dims():
 def test_backend_resolution_on_cuda():
     q = torch.zeros(4, 2, 64, device="cuda")
     assert resolve_backend(None, RECIPES["mxfp8"], q) == "triton"
+    assert resolve_backend(None, RECIPES["bf16"], q) == "triton"
     assert resolve_backend(None, RECIPES["nvfp4"], q) == "reference"
+    assert resolve_backend(None, RECIPES["fp4"], q) == "reference"
     assert resolve_backend(None, ABLATION, q) == "reference"
+    assert resolve_backend(None, RECIPES["bf16"].with_(hadamard=True), q) == "reference"
     assert resolve_backend("triton", RECIPES["mxfp8"], q) == "triton"
+    assert resolve_backend("triton", RECIPES["bf16"], q) == "triton"
+    with pytest.raises(ValueError, match="^backend: 'triton' runs the .* got 'fp4'"):
+        resolve_backend("triton", RECIPES["fp4"], q)
 
 
 def test_public_surface():
@@ -269,6 +277,37 @@ def test_autocast_leaves_the_emulator_numerics_alone():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         cast = flamia.flash_attn_varlen_func(q, k, v, cu, cu, 23, 23, causal=True, recipe="bf16")
     assert torch.equal(plain, cast)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's path; on the GPU: tests/test_kernel_ops.py")
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_bf16_triton_backend_matches_emulator(head_dim):
+    """The bf16 recipe's training call on the kernels (kernels/ops.py: the bf16 quantizers,
+    forward and backward, the Triton twins on the interpreter) against the emulator, on odd
+    lengths with an empty and a one-token document and GQA: O within one bf16 ulp where fp32
+    summation order moves a rounding, the gradients within the bound of
+    tests/test_kernel_bwd.py's BF16_GRAD_TOL (2^-8 of their largest element)."""
+    from flamia.ops import attention
+    from flamia.spec import AttnSpec
+
+    g = torch.Generator().manual_seed(head_dim)
+    cu = torch.tensor([0, 37, 38, 38, 100], dtype=torch.int32)
+    spec = AttnSpec(cu, cu, 62, 62, True, head_dim ** -0.5, (-1, -1), RECIPES["bf16"])
+    q = torch.randn(100, 4, head_dim, generator=g).bfloat16().requires_grad_()
+    k, v = (torch.randn(100, 2, head_dim, generator=g).bfloat16().requires_grad_() for _ in range(2))
+    do = torch.randn(100, 4, head_dim, generator=g).bfloat16()
+    results = []
+    for backend in ("triton", "reference"):
+        out, lse = attention(q, k, v, spec, backend)
+        results.append((out.detach(), lse, *torch.autograd.grad(out, (q, k, v), do)))
+    (out, lse, *grads), (out_ref, lse_ref, *grads_ref) = results
+    assert torch.equal(torch.isinf(lse), torch.isinf(lse_ref))
+    ulp = 2.0 ** (torch.floor(torch.log2(out_ref.float().abs().clamp_min(2.0**-126))) - 7)
+    assert ((out.float() - out_ref.float()).abs() <= ulp).all()
+    for name, a, b in zip(("dq", "dk", "dv"), grads, grads_ref):
+        assert a.dtype == torch.bfloat16, name
+        err = ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
+        assert err <= 2.0**-8, f"{name}: {err:.3g}"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's path; on the GPU: tests/test_compile.py")

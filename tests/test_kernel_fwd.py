@@ -1,4 +1,4 @@
-"""The Triton MXFP8 forward (flamia/kernels/attn_fwd.py) against the emulator
+"""The Triton forward (flamia/kernels/attn_fwd.py) of the mxfp8 and bf16 recipes against the emulator
 (flamia/reference/emulated.py), fed the emulator's own quantized operands and PV so that only
 the forward is under test. Without CUDA the kernel runs on Triton's CPU interpreter, with
 small tiles (the emulator gets the same tiles): the integer row max m bit for bit, lse and ro
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from flamia.kernels.attn_fwd import attention_forward
-from flamia.kernels.configs import AttnTiles, tiles_for
+from flamia.kernels.configs import AttnTiles, recipe_format, tiles_for
 from flamia.kernels.layout import aligned_starts, transposed_extent, transposed_reference
 from flamia.reference.emulated import emulate_forward
 
@@ -37,11 +37,13 @@ def cu_seqlens(lengths) -> torch.Tensor:
 
 
 def kernel_inputs(fwd):
-    """The kernel's operands from the emulator's: E4M3 codes as float8, int8 exponents, V^T
-    [Hkv, D, Tk_t] (the aligned layout, zeros outside documents) and PV."""
-    vt = transposed_reference(fwd.v_op.codes, fwd.spec.cu_seqlens_k)
+    """The kernel's operands from the emulator's: codes in the recipe's format (float8 E4M3
+    or bf16), int8 exponents, V^T [Hkv, D, Tk_t] (the aligned layout, zeros outside
+    documents) and PV."""
+    codes = recipe_format(fwd.spec.recipe.name).torch_dtype
+    vt = transposed_reference(fwd.v_op.codes, fwd.spec.cu_seqlens_k, codes)
     exps = [op.exps.to(torch.int8) for op in (fwd.q_op, fwd.k_op, fwd.v_op)]
-    return (fwd.q_op.codes.to(FP8), exps[0], fwd.k_op.codes.to(FP8), exps[1], vt.to(FP8), exps[2], fwd.pv)
+    return (fwd.q_op.codes.to(codes), exps[0], fwd.k_op.codes.to(codes), exps[1], vt.to(codes), exps[2], fwd.pv)
 
 
 def launch(fwd):
@@ -127,16 +129,21 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("recipe", ["mxfp8", "bf16"])
 @pytest.mark.parametrize("name", list(CASES))
-def test_forward_matches_emulator(name):
+def test_forward_matches_emulator(name, recipe):
+    """bf16: the same kernel on bf16 operands with every exponent 0 (P rounded to bf16)."""
     lens_q, lens_k, heads, d, causal, window, (bm, bn) = CASES[name]
-    got, fwd = run_both(lens_q, lens_k or lens_q, heads, d, causal, window, tiles(bm, bn), seed=len(name))
+    got, fwd = run_both(lens_q, lens_k or lens_q, heads, d, causal, window, tiles(bm, bn), seed=len(name),
+                        recipe=recipe)
     assert_matches(got, fwd)
 
 
-def test_forward_default_tiles():
+@pytest.mark.parametrize("recipe", ["mxfp8", "bf16"])
+def test_forward_default_tiles(recipe):
     """The shipped 128 x 128 tiles: one query tile per document at these lengths."""
-    got, fwd = run_both((111, 1, 0, 63), (111, 1, 0, 63), (2, 1), 128, True, (-1, -1), AttnTiles(), seed=3)
+    got, fwd = run_both((111, 1, 0, 63), (111, 1, 0, 63), (2, 1), 128, True, (-1, -1),
+                        tiles_for(128, recipe_format(recipe)), seed=3, recipe=recipe)
     assert_matches(got, fwd)
 
 
@@ -155,10 +162,12 @@ def test_forward_names_bad_argument():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_forward_matches_emulator_gpu():
+@pytest.mark.parametrize("recipe", ["mxfp8", "bf16"])
+def test_forward_matches_emulator_gpu(recipe):
     """4 documents x 4096 tokens, 16 heads, D=128, causal, the shipped tiles."""
     lens = (4096,) * 4
-    got, fwd = run_both(lens, lens, (16, 16), 128, True, (-1, -1), AttnTiles(), seed=0)
+    got, fwd = run_both(lens, lens, (16, 16), 128, True, (-1, -1), tiles_for(128, recipe_format(recipe)), seed=0,
+                        recipe=recipe)
     assert_near(got, fwd)
 
 
@@ -170,14 +179,16 @@ GLUON_CASES = {**{name: case[:6] for name, case in CASES.items()},
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("recipe", ["mxfp8", "bf16"])
 @pytest.mark.parametrize("block_n", [64, 128])
 @pytest.mark.parametrize("name", list(GLUON_CASES))
-def test_gluon_forward_equals_triton(name, block_n):
+def test_gluon_forward_equals_triton(name, block_n, recipe):
     """The Gluon forward (attn_fwd_gluon.py) and the Triton kernel on the same operands and
-    tiles (the shipped ones of the head dim, with key tiles of block_n): out, lse, m and ro
-    equal bit for bit."""
+    tiles (the shipped ones of the head dim and format, with key tiles of block_n): out, lse,
+    m and ro equal bit for bit."""
     case = GLUON_CASES[name]
-    assert_gluon_equals_triton(*case, replace(tiles_for(case[3]), fwd_block_n=block_n), seed=len(name))
+    assert_gluon_equals_triton(*case, replace(tiles_for(case[3], recipe_format(recipe)), fwd_block_n=block_n),
+                               seed=len(name), recipe=recipe)
 
 
 @pytest.mark.gpu

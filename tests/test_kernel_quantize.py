@@ -5,11 +5,13 @@ summation-order noise. Without CUDA the kernels run on Triton's CPU interpreter.
 import pytest
 import torch
 
-from flamia.kernels.configs import QuantizerTiles
+from flamia.kernels.configs import BF16, QuantizerTiles
 from flamia.kernels.layout import (DOC_ALIGN, T_ALIGN, aligned_starts, aligned_starts_reference, token_columns, transposed_extent,
                                    transposed_reference)
 from flamia.kernels.quantize import quantize_grad_output, quantize_operand
+from flamia.recipes import RECIPES
 from flamia.reference import operands as ref
+from flamia.reference.numerics import Bf16Numerics
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # Odd lengths, none a multiple of 16, a 1-token and an empty document: every document but the
@@ -198,3 +200,52 @@ def test_quantizer_tiles_name_a_unit_the_rotated_launch_cannot_hold(unit, warps)
 def test_quantizer_tiles_name_transposed_pieces_the_store_cannot_fill(parts):
     with pytest.raises(ValueError, match="^transposed_parts: "):
         QuantizerTiles(transposed_parts=parts)
+
+
+def _bf16_bits(x: torch.Tensor) -> torch.Tensor:
+    """int16 view of bf16 values, or of fp32 values on the bf16 grid (the emulator's); every
+    NaN as one pattern (payloads are not part of the contract)."""
+    x = x.to(torch.bfloat16)
+    return torch.where(x.isnan(), float("nan"), x).contiguous().view(torch.int16)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("d", [64, 128])
+def test_bf16_operand_matches_emulator(d, dtype):
+    """The bf16 recipe's operands: the same launch writes bf16(x) row-major and in the aligned
+    transposed layout (tokens in order: the BF16 wgmma's A operand takes the accumulator's
+    columns) and zero exponents, bit for bit the emulator's Bf16Numerics; an Inf stays Inf and
+    a NaN NaN, as torch's bf16 cast keeps them."""
+    x = _rows(LENGTHS, HEADS, d, seed=d + 7, dtype=dtype)
+    x[5, 0, 1], x[40, 1, 2], x[41, 1, 3] = float("inf"), float("-inf"), float("nan")
+    cu = _cu_seqlens(LENGTHS)
+    got = quantize_operand(x, cu, 32, False, transposed=True, fmt=BF16)
+    want = Bf16Numerics(RECIPES["bf16"], d).operand(x, cu, max(LENGTHS), False)
+    assert got.codes.dtype == got.codes_t.dtype == torch.bfloat16 and got.exps.dtype == torch.int8
+    assert torch.equal(_bf16_bits(got.codes), _bf16_bits(want.codes))
+    assert not got.exps.any() and not want.exps.any()
+    assert torch.equal(got.cu_seqlens_t, aligned_starts(cu))
+    assert torch.equal(_bf16_bits(got.codes_t), _bf16_bits(transposed_reference(want.codes, cu, torch.bfloat16)))
+    assert torch.equal(token_columns(torch.arange(40), torch.bfloat16), torch.arange(40))
+
+
+def test_bf16_operand_has_no_rotation():
+    with pytest.raises(ValueError, match="^hadamard: "):
+        quantize_operand(_rows(LENGTHS, HEADS, 64, seed=1), _cu_seqlens(LENGTHS), 32, True, fmt=BF16)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_bf16_grad_output_matches_emulator(d):
+    """dO^ = bf16(dO), dOt^ = bf16(dO ro) in the transposed layout, exponents 0, bit for bit
+    the emulator's; D within fp32 summation-order noise."""
+    do, o, ro = _rows(LENGTHS, HEADS, d, seed=d), _rows(LENGTHS, HEADS, d, seed=d + 1), _ro(LENGTHS, HEADS, seed=d)
+    cu = _cu_seqlens(LENGTHS)
+    got = quantize_grad_output(do, o, ro, cu, 32, STEP, fmt=BF16)
+    want = Bf16Numerics(RECIPES["bf16"], d).grad_output(do, o, ro, cu, max(LENGTHS), STEP)
+    assert got.do_codes.dtype == got.dot_codes_t.dtype == torch.bfloat16
+    assert torch.equal(_bf16_bits(got.do_codes), _bf16_bits(want.do.codes))
+    assert not got.do_exps.any() and not got.dot_exps.any()
+    assert torch.equal(_bf16_bits(got.dot_codes_t), _bf16_bits(transposed_reference(want.dot.codes, cu,
+                                                                                     torch.bfloat16)))
+    terms = (want.do.codes * o.float()).abs().sum(-1).transpose(0, 1)  # [H, T]
+    assert ((got.delta - want.delta).abs() <= 2 * d * U * terms).all()

@@ -32,6 +32,23 @@ def test_attention_kernels_use_fp8_wgmma(tmp_path):
 
 
 @needs_cuobjdump
+def test_bf16_attention_kernels_use_bf16_wgmma(tmp_path):
+    """The bf16 recipe's launches of the same kernels: every product is BF16 wgmma (HGMMA) in
+    the step loops, none FP8, none serialized; the register A operands' layouts convert
+    without data movement (the kernels' ``assert_trivial`` would fail the compile)."""
+    out = tmp_path / "sass.json"
+    assert sass_offline.main(["--workload", "logu11-16k", "--recipe", "bf16", "--kernels",
+                              "^(attn_fwd_gluon_kernel|dkdv_gluon_kernel|dq_gluon_kernel)$", "--out", str(out)]) == 0
+    kernels = json.loads(out.read_text())["kernels"]
+    assert sorted(label.split()[0] for label in kernels) == ["attn_fwd_gluon_kernel", "dkdv_gluon_kernel", "dq_gluon_kernel"]
+    for label, r in kernels.items():
+        step = r["inner_loop"]["opcodes"]
+        assert r["QGMMA"] == 0 and step.get("HGMMA", 0) >= 2, f"{label}: the step loop's products are not BF16 wgmma"
+        assert not [w for w in r["ptxas_warnings"] if "C7512" in w], f"{label}: ptxas serialized every wgmma"
+        assert r["shared_bytes"] <= 227 * 1024, f"{label}: {r['shared_bytes']} B of shared memory"
+
+
+@needs_cuobjdump
 def test_rotated_quantizer_butterflies_stay_in_registers(tmp_path):
     """The Gluon Q/K launch holds a token row per thread: each of the 7 butterfly stages of a
     128-wide row is one FADD per element in the thread (896 in all), and the only exchange

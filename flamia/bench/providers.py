@@ -17,6 +17,7 @@ import torch
 
 from ..api import flash_attn_varlen_func
 from ..recipes import RECIPE_NAMES
+from ..validation import KERNEL_RECIPES
 from .jobs import autograd_job
 from .peers_cudnn import cudnn_bf16_job, cudnn_fp8_job
 from .peers_fa4 import fa4_job
@@ -179,8 +180,8 @@ def _peers() -> tuple[Provider, ...]:
 
 def registry(dry_run: bool = False) -> tuple[Provider, ...]:
     """Every provider, flamia's recipes first. The CPU dry run keeps flamia on the
-    reference backend only; on the GPU plain mxfp8 runs the Triton kernels."""
-    flamia = tuple(_flamia(recipe, "triton" if recipe == "mxfp8" and not dry_run else "reference")
+    reference backend only; on the GPU plain mxfp8 and bf16 run the Triton kernels."""
+    flamia = tuple(_flamia(recipe, "triton" if recipe in KERNEL_RECIPES and not dry_run else "reference")
                    for recipe in RECIPE_NAMES)
     return flamia if dry_run else flamia + _peers()
 

@@ -1,4 +1,5 @@
-"""The Triton backward of the MXFP8 route (NUMERICS.md 4): a dK/dV kernel and a dQ kernel.
+"""The Triton backward of the MXFP8 and BF16 routes (NUMERICS.md 4): a dK/dV kernel and a dQ
+kernel, on the codes' format (``CODES``: E4M3, or BF16 with every exponent 0).
 
 Both kernels recompute, for every (query, key) pair, the forward's scores and P codes relative
 to the saved final row max, then the gradient payload G, in the order NUMERICS.md fixes; only
@@ -28,16 +29,17 @@ import triton.language as tl
 from ..formats.hadamard import HADAMARD_DIMS
 from ..masks import effective_window
 from ..validation import INPUT_DTYPES
-from .configs import SUPPORTED_HEAD_DIMS, AttnTiles
+from .configs import SUPPORTED_HEAD_DIMS, AttnTiles, format_of
 from .attn_dkdv_gluon import dkdv_descriptors, dkdv_gluon_kernel, query_record_layout
 from .attn_dq_gluon import dq_descriptors, dq_gluon_kernel
 from .bwd_math import (doc_bounds, grad_scores, masked_step, query_factors, reciprocal_pow2, row_scaled_codes,
                        step_range, store_dq)
-from .fp8 import interpreting, maybe_masked_load, mma, mul_rn, pow2, to_output
+from .fp8 import interpreting, maybe_masked_load, mma, mul_rn, pow2, to_codes, to_output
 from .hadamard import rotate
 from .layout import check_operand, mma_token_order, transposed_extent
 from .records import block_key_records, key_records, query_fields, query_records, record_factors
-from .worklist import program_tile, tile_list
+from .worklist import list_extent, program_tile, tile_list
+from .launch import cdiv, launch
 
 LOG2E = math.log2(math.e)
 
@@ -61,28 +63,38 @@ def _load_cols(p, o_t, span, stride, D: tl.constexpr, MASK: tl.constexpr):
 
 
 @triton.jit
-def _row_scaled_mma(b_g, b_op, INTERPRET: tl.constexpr):
-    """(e4m3(G 2^-e) @ op) 2^e with one exponent per row of G (``row_scaled_codes``): the dQ
-    payload (rows = queries) and the dK payload (rows = keys). b_g: [R, C] fp32, b_op: [C, D]
-    fp8 -> [R, D] fp32."""
-    b_gc, b_f = row_scaled_codes(b_g, INTERPRET)
-    b_zero = tl.zeros([b_g.shape[0], b_op.shape[1]], dtype=tl.float32)
-    return mma(mma_token_order(b_gc), b_op, b_zero, INTERPRET) * b_f[:, None]
+def _add_row_scaled_mma(acc, b_g, b_op, CODES: tl.constexpr, INTERPRET: tl.constexpr):
+    """acc + (e4m3(G 2^-e) @ op) 2^e with one exponent per row of G (``row_scaled_codes``):
+    the dQ payload (rows = queries) and the dK payload (rows = keys). BF16 payloads take no
+    scale, so their product accumulates into acc inside the MMA (``chain_mma``). b_g: [R, C]
+    fp32, b_op: [C, D] codes, acc: [R, D] fp32."""
+    if CODES == tl.bfloat16:
+        acc = mma(mma_token_order(to_codes(b_g, CODES, INTERPRET), CODES), b_op, acc, INTERPRET)
+    else:
+        b_gc, b_f = row_scaled_codes(b_g, INTERPRET)
+        b_zero = tl.zeros([b_g.shape[0], b_op.shape[1]], dtype=tl.float32)
+        acc += mma(mma_token_order(b_gc, CODES), b_op, b_zero, INTERPRET) * b_f[:, None]
+    return acc
 
 
 @triton.jit
-def _dq_atomic_add(p_dqa, b_gt, b_kt, qinv, o_i, m_i, heads_q, D: tl.constexpr, INTERPRET: tl.constexpr):
+def _dq_atomic_add(p_dqa, b_gt, b_kt, qinv, o_i, m_i, heads_q, D: tl.constexpr, CODES: tl.constexpr,
+                   INTERPRET: tl.constexpr):
     """dQ's share of one (key tile, query step) pair, added to the fp32 accumulator with
-    atomics: the dQ payload of the dQ kernel's ``_row_scaled_mma`` (one exponent per query
+    atomics: the dQ payload of the dQ kernel's ``_add_row_scaled_mma`` (one exponent per query
     over the key tile), computed as dQ^T = K^T G^T so that the MMA's M is D, not the query
     step. G^T is transposed in fp32 first, so its fp8 codes reach the MMA as a K-major
     operand without an fp8 transpose. b_gt: [BN, BM] fp32 G^T; b_kt: [D, BN] K^T codes; qinv:
     [BM] 2^-eQ, left out of the sum as the dQ kernel's epilogue leaves it (``_dq_kernel``);
     p_dqa: fp32 [Tq, Hq, D] at the document's first row and the query head."""
     b_g = tl.trans(b_gt)  # [BM, BN]
-    b_gc, b_f = row_scaled_codes(b_g, INTERPRET)  # [BM, BN], [BM]
+    if CODES == tl.bfloat16:  # BF16 payloads take no scale
+        b_gc = to_codes(b_g, CODES, INTERPRET)  # [BM, BN]
+    else:
+        b_gc, b_f = row_scaled_codes(b_g, INTERPRET)  # [BM, BN], [BM]
+        qinv = b_f * qinv
     b_zero = tl.zeros([D, b_g.shape[0]], dtype=tl.float32)
-    b_dqt = mma(b_kt, tl.trans(mma_token_order(b_gc)), b_zero, INTERPRET) * (b_f * qinv)[None, :]  # [D, BM]
+    b_dqt = mma(b_kt, tl.trans(mma_token_order(b_gc, CODES)), b_zero, INTERPRET) * qinv[None, :]  # [D, BM]
     o_dq = o_i.to(tl.int64)[None, :] * (heads_q * D) + tl.arange(0, D)[:, None]  # [D, BM]
     tl.atomic_add(p_dqa + o_dq, b_dqt, mask=m_i[None, :], sem="relaxed")
 
@@ -90,7 +102,7 @@ def _dq_atomic_add(p_dqa, b_gt, b_kt, qinv, o_i, m_i, heads_q, D: tl.constexpr, 
 @triton.jit
 def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_rec, p_dote, p_dqa, geo, span_q,
                heads_q, tq_t, D: tl.constexpr, BM: tl.constexpr,
-               MASK: tl.constexpr, DQ_ATOMIC: tl.constexpr, INTERPRET: tl.constexpr):
+               MASK: tl.constexpr, DQ_ATOMIC: tl.constexpr, CODES: tl.constexpr, INTERPRET: tl.constexpr):
     """One query step [i0, i0 + BM) of a key tile: adds its dK payload (without its keys'
     2^(eK - eV): W^T of ``grad_scores``) and its dV payload to acc_dk, acc_dv [BN, D], and with
     DQ_ATOMIC its dQ payload to p_dqa (``_dq_atomic_add``; b_kt [D, BN] K^T codes). b_k,
@@ -108,19 +120,24 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_r
     b_qt = _load_cols(p_qt, o_i, span_q, tq_t, D, MASK)  # [D, BM]
     b_dott = _load_cols(p_dott, o_i, span_q, tq_t, D, MASK)  # [D, BM]
     qg, qry = query_factors(query_fields(p_rec, o_i, m_i, MASK))
-    # dOt^ has one exponent per query step: read it at the step's first row (inside the document).
-    e_dot = tl.load(p_dote + tl.cast(i0, tl.int64) * heads_q).to(tl.int32)
+    if CODES == tl.float8e4nv:
+        # dOt^ has one exponent per query step: read it at the step's first row (inside the
+        # document). BF16's is 0.
+        e_dot = tl.load(p_dote + tl.cast(i0, tl.int64) * heads_q).to(tl.int32)
     b_zero = tl.zeros([b_k.shape[0], BM], dtype=tl.float32)
     b_st = mma(b_k, tl.trans(b_q), b_zero, INTERPRET)  # [BN, BM] S^T
     b_dpt = mma(b_v, tl.trans(b_do), b_zero, INTERPRET)  # [BN, BM] dP^T before its factors
-    b_pct, b_wt = grad_scores(b_st, b_dpt, key[0], qg, qry, key[2], o_i, o_k, geo, 1, MASK, INTERPRET)
-    b_dv = mma(mma_token_order(b_pct), tl.trans(b_dott), tl.zeros_like(acc_dv), INTERPRET)  # [BN, D]
-    acc_dv += b_dv * pow2(e_dot)
+    b_pct, b_wt = grad_scores(b_st, b_dpt, key[0], qg, qry, key[2], o_i, o_k, geo, 1, MASK, CODES, INTERPRET)
+    if CODES == tl.float8e4nv:
+        b_dv = mma(mma_token_order(b_pct, CODES), tl.trans(b_dott), tl.zeros_like(acc_dv), INTERPRET)  # [BN, D]
+        acc_dv += b_dv * pow2(e_dot)
+    else:  # BF16: no step exponent, so the product accumulates inside the MMA
+        acc_dv = mma(mma_token_order(b_pct, CODES), tl.trans(b_dott), acc_dv, INTERPRET)
     # dK's payload rows are keys: 2^eK and 2^-eV are constant along a row, the epilogue's.
-    acc_dk += _row_scaled_mma(b_wt, tl.trans(b_qt), INTERPRET)  # W^T is G^T 2^(eV - eK)
+    acc_dk = _add_row_scaled_mma(acc_dk, b_wt, tl.trans(b_qt), CODES, INTERPRET)  # W^T is G^T 2^(eV - eK)
     if DQ_ATOMIC:  # dQ's payload G, whose query's 2^eQ the atomic sum leaves out
         _dq_atomic_add(p_dqa, b_wt * (key[1] * key[3])[:, None], b_kt, reciprocal_pow2(qg), o_i, m_i, heads_q, D,
-                       INTERPRET)
+                       CODES, INTERPRET)
     return acc_dk, acc_dv
 
 
@@ -130,7 +147,7 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_krec,
                  tq_t, tk_t,
                  GROUP: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
                  BN: tl.constexpr, SCALE_BLOCK: tl.constexpr, ROTATE_STAGES: tl.constexpr, DQ_ATOMIC: tl.constexpr,
-                 INTERPRET: tl.constexpr):
+                 CODES: tl.constexpr, INTERPRET: tl.constexpr):
     """Program ((document, key tile), KV head): dK and dV [BN, D] of the tile, summed over
     the query heads of its GQA group, stored in p_dk's dtype (dK rotated back when
     ROTATE_STAGES > 0); with DQ_ATOMIC, also the tile's dQ payloads, added to the fp32
@@ -174,12 +191,12 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_krec,
         for j in range(full_lo, full_hi):
             acc_dk, acc_dv = _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, j * BM, p_rows, p_cols, p_rec_h,
                                         p_dote + o_qe, p_dqa_h, geo, span_q, heads_q, tq_t, D, BM,
-                                        False, DQ_ATOMIC, INTERPRET)
+                                        False, DQ_ATOMIC, CODES, INTERPRET)
         for t in range(0, (full_lo - lo) + (hi - full_hi)):
             i0 = masked_step(t, lo, full_lo, full_hi) * BM
             acc_dk, acc_dv = _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_rec_h,
                                         p_dote + o_qe, p_dqa_h, geo, span_q, heads_q, tq_t, D, BM,
-                                        True, DQ_ATOMIC, INTERPRET)
+                                        True, DQ_ATOMIC, CODES, INTERPRET)
     o_out = o_kv + o_k.to(tl.int64)[:, None] * (heads_kv * D) + tl.arange(0, D)[None, :]  # [BN, D]
     # [BN, D]: 2^-eK 2^(eK - eV) of the payload, times the softmax scale, then rotated back
     b_dk = rotate(mul_rn(acc_dk, (scale * key[3])[:, None], INTERPRET), inv_sqrt_d, ROTATE_STAGES)
@@ -190,7 +207,7 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_krec,
 @triton.jit
 def _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt, p_krec, n_k, geo, span_k, heads_kv, tk_t,
              D: tl.constexpr, BN: tl.constexpr, SCALE_BLOCK: tl.constexpr, MASK: tl.constexpr,
-             INTERPRET: tl.constexpr):
+             CODES: tl.constexpr, INTERPRET: tl.constexpr):
     """One key step [k0, k0 + BN) of a query tile: acc [BM, D] += its dQ payload. b_q, b_do:
     [BM, D] codes; qx: the scores' row factor s2 2^eQ and qry: ``query_factors``'s second
     part, [BM]; o_i: [BM] query positions; p_rows = (K^, V^)
@@ -209,8 +226,8 @@ def _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt, p_krec, n_k, geo, s
     b_zero = tl.zeros([b_q.shape[0], BN], dtype=tl.float32)
     b_s = mma(b_q, tl.trans(b_k), b_zero, INTERPRET)  # [BM, BN] S
     b_dp = mma(b_do, tl.trans(b_v), b_zero, INTERPRET)  # [BM, BN] dP before its factors
-    _, b_g = grad_scores(b_s, b_dp, qx, kf, qry, vf, o_i, o_k, geo, 0, MASK, INTERPRET)  # [BM, BN] payload G
-    return acc + _row_scaled_mma(b_g, tl.trans(b_kt), INTERPRET)
+    _, b_g = grad_scores(b_s, b_dp, qx, kf, qry, vf, o_i, o_k, geo, 0, MASK, CODES, INTERPRET)  # [BM, BN] payload G
+    return _add_row_scaled_mma(acc, b_g, tl.trans(b_kt), CODES, INTERPRET)
 
 
 @triton.jit
@@ -218,7 +235,7 @@ def _dq_kernel(p_q, p_k, p_kt, p_v, p_do, p_rec, p_krec, p_cu_q, p_cu_k, p_cu_qt
                s2, scale,
                inv_sqrt_d, wl, wr, total_q, total_k, heads_q, tk_t, GROUP: tl.constexpr,
                D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, SCALE_BLOCK: tl.constexpr,
-               ROTATE_STAGES: tl.constexpr, INTERPRET: tl.constexpr):
+               ROTATE_STAGES: tl.constexpr, CODES: tl.constexpr, INTERPRET: tl.constexpr):
     """Program ((document, query tile), query head): dQ [BM, D] of the tile in p_dq's dtype
     (rotated back when ROTATE_STAGES > 0). The work list puts long documents first and, in
     each, the last tile: under a causal mask it sees the most keys."""
@@ -248,11 +265,11 @@ def _dq_kernel(p_q, p_k, p_kt, p_v, p_do, p_rec, p_krec, p_cu_q, p_cu_k, p_cu_qt
     acc = tl.zeros([BM, D], dtype=tl.float32)
     for j in range(full_lo, full_hi):
         acc = _dq_step(acc, b_q, b_do, qx, qry, o_i, j * BN, p_rows, p_kt_doc, p_krec_doc, total_k - k_start, geo,
-                       span_k, heads_kv, tk_t, D, BN, SCALE_BLOCK, False, INTERPRET)
+                       span_k, heads_kv, tk_t, D, BN, SCALE_BLOCK, False, CODES, INTERPRET)
     for t in range(0, (full_lo - lo) + (hi - full_hi)):
         k0 = masked_step(t, lo, full_lo, full_hi) * BN
         acc = _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt_doc, p_krec_doc, total_k - k_start, geo,
-                       span_k, heads_kv, tk_t, D, BN, SCALE_BLOCK, True, INTERPRET)
+                       span_k, heads_kv, tk_t, D, BN, SCALE_BLOCK, True, CODES, INTERPRET)
     # 2^-eQ of dQ's code scale, exact before the softmax scale's one rounding (NUMERICS.md 4)
     acc = acc * reciprocal_pow2(qg)[:, None]
     store_dq(p_dq, acc, q_start + o_i, tl.arange(0, D), m_i, h_q, heads_q, scale, inv_sqrt_d, ROTATE_STAGES, INTERPRET)
@@ -276,11 +293,13 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
                        *, causal: bool, window_size: tuple[int, int], softmax_scale: float,
                        sigma: int, scale_block: int, tiles: AttnTiles, rotate: bool = False,
                        out_dtype: torch.dtype = torch.float32,
-                       key_rec: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """dQ, dK, dV of the MXFP8 route (NUMERICS.md 4), with dQ and dK rotated back by the
+                       key_rec: torch.Tensor | None = None, records: torch.Tensor | None = None,
+                       dkdv_work: torch.Tensor | None = None,
+                       dq_work: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dQ, dK, dV of the MXFP8 or BF16 route (NUMERICS.md 4), with dQ and dK rotated back by the
     Hadamard transform when ``rotate`` (Q and K were rotated), in the kernels' epilogues.
 
-    Codes are float8_e4m3fn: q_codes, do_codes [Tq, Hq, D]; k_codes, v_codes [Tk, Hkv, D];
+    Codes are float8_e4m3fn (MXFP8) or bfloat16 (BF16, every exponent 0), one dtype: q_codes, do_codes [Tq, Hq, D]; k_codes, v_codes [Tk, Hkv, D];
     q_codes_t, dot_codes_t [Hq, D, Tq_t] and k_codes_t [Hkv, D, Tk_t] (tokens contiguous in the
     layout of ``layout.py``, zero codes outside documents). Exponents int8: q_exps, do_exps, dot_exps [Tq, Hq] (dot_exps
     constant over each query step of ``tiles.bwd_block_m`` rows from the document start);
@@ -290,7 +309,10 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     document starts (``aligned_starts``, as the quantizers return them). D is 64 or 128 and Hq
     a multiple of Hkv. scale_block: the tokens that share an exponent (32, or 1 for per-token
     exponents; K's blocks start at document starts). key_rec: ``key_records(k_exps, v_exps)``
-    [Hkv, Tk] int32 if the caller has it (the forward's), else built here.
+    [Hkv, Tk] int32 if the caller has it (the forward's), else built here; records, the same
+    for ``query_records(q_exps, do_exps, pv, m, ro, delta, sigma)`` [Hq, Tq, 4] int32 (the dO
+    quantizer's); dkdv_work and dq_work, the same for the kernels' ``tile_list``s
+    (``plan.build_plan``'s "dkdv" and "dq").
     Returns dq [Tq, Hq, D], dk and dv [Tk, Hkv, D] in ``out_dtype`` (fp32, bf16 or fp16,
     rounded to nearest even from the fp32 values: the rotate-back and the cast happen before
     the store, where a separate torch pass would read and write every gradient several times).
@@ -309,14 +331,14 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
         raise ValueError(f"rotate: the Hadamard rotation needs head dim in {HADAMARD_DIMS}, got {d}")
     num_docs = cu_seqlens_q.shape[0] - 1
     tq_t, tk_t = transposed_extent(tq, num_docs), transposed_extent(tk, num_docs)
-    fp8, i8, i32 = torch.float8_e4m3fn, torch.int8, torch.int32
+    codes, i8, i32 = format_of(q_codes).torch_dtype, torch.int8, torch.int32
     for name, x, dtype, shape in (
-            ("q_codes", q_codes, fp8, (tq, hq, d)), ("q_codes_t", q_codes_t, fp8, (hq, d, tq_t)),
-            ("q_exps", q_exps, i8, (tq, hq)), ("k_codes", k_codes, fp8, (tk, hkv, d)),
-            ("k_codes_t", k_codes_t, fp8, (hkv, d, tk_t)), ("k_exps", k_exps, i8, (tk, hkv)),
-            ("v_codes", v_codes, fp8, (tk, hkv, d)), ("v_exps", v_exps, i8, (tk, hkv)),
-            ("do_codes", do_codes, fp8, (tq, hq, d)), ("do_exps", do_exps, i8, (tq, hq)),
-            ("dot_codes_t", dot_codes_t, fp8, (hq, d, tq_t)), ("dot_exps", dot_exps, i8, (tq, hq)),
+            ("q_codes", q_codes, codes, (tq, hq, d)), ("q_codes_t", q_codes_t, codes, (hq, d, tq_t)),
+            ("q_exps", q_exps, i8, (tq, hq)), ("k_codes", k_codes, codes, (tk, hkv, d)),
+            ("k_codes_t", k_codes_t, codes, (hkv, d, tk_t)), ("k_exps", k_exps, i8, (tk, hkv)),
+            ("v_codes", v_codes, codes, (tk, hkv, d)), ("v_exps", v_exps, i8, (tk, hkv)),
+            ("do_codes", do_codes, codes, (tq, hq, d)), ("do_exps", do_exps, i8, (tq, hq)),
+            ("dot_codes_t", dot_codes_t, codes, (hq, d, tq_t)), ("dot_exps", dot_exps, i8, (tq, hq)),
             ("delta", delta, torch.float32, (hq, tq)), ("m", m, torch.float32, (hq, tq)),
             ("ro", ro, torch.float32, (hq, tq)), ("pv", pv, i32, (tq, hkv)),
             ("cu_seqlens_q", cu_seqlens_q, i32, (num_docs + 1,)), ("cu_seqlens_k", cu_seqlens_k, i32, (num_docs + 1,)),
@@ -334,50 +356,54 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     wl, wr = (w if w >= 0 else unbounded for w in (wl, wr))
     args = dict(s2=softmax_scale * LOG2E, scale=softmax_scale, inv_sqrt_d=1.0 / math.sqrt(d), wl=wl, wr=wr,
                 total_q=tq, total_k=tk, heads_q=hq, GROUP=hq // hkv, D=d,
-                ROTATE_STAGES=d.bit_length() - 1 if rotate else 0, INTERPRET=interpreting())
+                ROTATE_STAGES=d.bit_length() - 1 if rotate else 0, CODES=format_of(q_codes).codes,
+                INTERPRET=interpreting())
     # dq_atomic: the dK/dV kernel adds every dQ payload into an fp32 [Tq, Hq, D] buffer
     # (zeroed here, inside the captured call), which one more pass scales and stores.
     dq_sums = torch.zeros((tq, hq, d), dtype=torch.float32, device=dev) if tiles.dq_atomic else dq
-    work = tile_list(cu_seqlens_k, tk, tiles.bwd_block_n, reverse=False)
-    records = query_records(q_exps, do_exps, pv, m, ro, delta, sigma)
+    if dkdv_work is None:
+        dkdv_work = tile_list(cu_seqlens_k, tk, tiles.bwd_block_n, reverse=False)
+    check_operand("dkdv_work", dkdv_work, i32, (2, list_extent(tk, num_docs, tiles.bwd_block_n)))
+    if records is None:
+        records = query_records(q_exps, do_exps, pv, m, ro, delta, sigma)
+    check_operand("records", records, i32, (hq, tq, 4))
     if key_rec is None:
         key_rec = key_records(k_exps, v_exps)
     check_operand("key_rec", key_rec, i32, (hkv, tk))
     gluon_args = {k: v for k, v in args.items() if k != "INTERPRET"}
+    grid = (dkdv_work.shape[1], hkv)
     if tiles.dkdv_gluon and not interpreting():
         descs = dkdv_descriptors(q_codes, do_codes, q_codes_t, dot_codes_t, records, k_codes, v_codes,
                                  tiles.bwd_block_m, tiles.bwd_block_n)
-        dkdv_gluon_kernel[(work.shape[1], hkv)](*descs, dot_exps, key_rec, cu_seqlens_q, cu_seqlens_k,
-                                                cu_seqlens_q_t, cu_seqlens_k_t, work, work.shape[1], dk, dv,
-                                                BM=tiles.bwd_block_m, BN=tiles.bwd_block_n, SCALE_BLOCK=scale_block,
-                                                STAGES=tiles.bwd_stages,
-                                                REC_L=query_record_layout(32),
-                                                num_warps=tiles.bwd_warps, maxnreg=tiles.dkdv_maxnreg, **gluon_args)
+        launch(dkdv_gluon_kernel, grid, *descs, dot_exps, key_rec, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t,
+               cu_seqlens_k_t, dkdv_work, dkdv_work.shape[1], dk, dv, BM=tiles.bwd_block_m, BN=tiles.bwd_block_n,
+               SCALE_BLOCK=scale_block, STAGES=tiles.bwd_stages, REC_L=query_record_layout(32),
+               num_warps=tiles.bwd_warps, maxnreg=tiles.dkdv_maxnreg, **gluon_args)
     else:
-        _dkdv_kernel[(work.shape[1], hkv)](q_codes, q_codes_t, k_codes, k_codes_t, v_codes, do_codes,
-                                           dot_codes_t, dot_exps, records, key_rec,
-                                           cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, work,
-                                           work.shape[1], dk, dv, dq_sums,
-                                           tq_t=tq_t, tk_t=tk_t, BM=tiles.bwd_block_m, BN=tiles.bwd_block_n,
-                                           SCALE_BLOCK=scale_block, DQ_ATOMIC=tiles.dq_atomic, num_warps=tiles.bwd_warps,
-                                           num_stages=tiles.bwd_stages, **args)
+        launch(_dkdv_kernel, grid, q_codes, q_codes_t, k_codes, k_codes_t, v_codes, do_codes, dot_codes_t, dot_exps,
+               records, key_rec, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, dkdv_work,
+               dkdv_work.shape[1], dk, dv, dq_sums, tq_t=tq_t, tk_t=tk_t, BM=tiles.bwd_block_m, BN=tiles.bwd_block_n,
+               SCALE_BLOCK=scale_block, DQ_ATOMIC=tiles.dq_atomic, num_warps=tiles.bwd_warps,
+               num_stages=tiles.bwd_stages, **args)
     if tiles.dq_atomic:
-        grid = (triton.cdiv(tq, tiles.dq_block_m), hq)
+        grid = (cdiv(tq, tiles.dq_block_m), hq)
         # the dQ kernel's epilogue constants, from the same dict
         epilogue = {name: args[name] for name in ("scale", "inv_sqrt_d", "total_q", "heads_q", "D", "ROTATE_STAGES",
                                                   "INTERPRET")}
-        _dq_finish_kernel[grid](dq_sums, dq, BM=tiles.dq_block_m, **epilogue)
+        launch(_dq_finish_kernel, grid, dq_sums, dq, BM=tiles.dq_block_m, **epilogue)
         return dq, dk, dv
-    work = tile_list(cu_seqlens_q, tq, tiles.dq_block_m, reverse=True)
+    if dq_work is None:
+        dq_work = tile_list(cu_seqlens_q, tq, tiles.dq_block_m, reverse=True)
+    check_operand("dq_work", dq_work, i32, (2, list_extent(tq, num_docs, tiles.dq_block_m)))
+    grid = (dq_work.shape[1], hq)
     if tiles.dq_gluon and not interpreting():
         descs = dq_descriptors(q_codes, do_codes, k_codes, v_codes, k_codes_t, tiles.dq_block_m, tiles.dq_block_n)
-        dq_gluon_kernel[(work.shape[1], hq)](*descs, records, key_rec, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t,
-                                             cu_seqlens_k_t, work, work.shape[1], dq, BM=tiles.dq_block_m,
-                                             BN=tiles.dq_block_n, SCALE_BLOCK=scale_block, STAGES=tiles.dq_stages,
-                                             num_warps=tiles.dq_warps, **gluon_args)
+        launch(dq_gluon_kernel, grid, *descs, records, key_rec, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t,
+               cu_seqlens_k_t, dq_work, dq_work.shape[1], dq, BM=tiles.dq_block_m, BN=tiles.dq_block_n,
+               SCALE_BLOCK=scale_block, STAGES=tiles.dq_stages, num_warps=tiles.dq_warps, **gluon_args)
         return dq, dk, dv
-    _dq_kernel[(work.shape[1], hq)](q_codes, k_codes, k_codes_t, v_codes, do_codes, records, key_rec,
-                                    cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, work, work.shape[1],
-                                    dq, tk_t=tk_t, BM=tiles.dq_block_m, BN=tiles.dq_block_n, SCALE_BLOCK=scale_block,
-                                    num_warps=tiles.dq_warps, num_stages=tiles.dq_stages, **args)
+    launch(_dq_kernel, grid, q_codes, k_codes, k_codes_t, v_codes, do_codes, records, key_rec, cu_seqlens_q,
+           cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, dq_work, dq_work.shape[1], dq, tk_t=tk_t,
+           BM=tiles.dq_block_m, BN=tiles.dq_block_n, SCALE_BLOCK=scale_block, num_warps=tiles.dq_warps,
+           num_stages=tiles.dq_stages, **args)
     return dq, dk, dv

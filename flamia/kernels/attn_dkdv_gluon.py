@@ -5,7 +5,7 @@ and dP^T = V^ dO^T, where the Triton kernel keeps them in 32 registers) and visi
 steps of its GQA group's heads. Each step's Q^, dO^ [BM, D] and Q^T, dOt^T [D, BM] arrive by
 TMA with their query records, STAGES - 1 steps ahead; a thread reads each record as one
 16-byte load from shared memory, in a layout whose split fields are the S^T accumulator's
-columns (``query_record_layout``). All products are asynchronous FP8 wgmma.
+columns (``query_record_layout``). All products are asynchronous wgmma (E4M3 or BF16, ``CODES``).
 
 A step of 64 queries (``bwd_block_m``, the numerics' query step) runs S^T and dP^T in two
 halves of 32, the second half's issued under the first half's payload, and chains dV's and
@@ -27,18 +27,23 @@ so dK and dV equal its bit for bit (the GPU test ``test_gluon_dkdv_equals_triton
 at 64- and at 32-query steps). dQ through atomics (``AttnTiles.dq_atomic``) stays with the
 Triton kernel.
 """
+import functools
+
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from .bwd_math import doc_bounds, grad_scores, masked_step, query_factors, reciprocal_pow2, row_scaled_codes, step_range
-from .fp8 import E4M3_EQ, E4M3_MQ, mul_rn, pow2, scale_exponent, to_e4m3, to_output
-from .gluon_tma import WARPS, copy_barriers, fp8_descriptors, tma_load, wait_copy
+from .fp8 import E4M3_EQ, E4M3_MQ, mul_rn, pow2, scale_exponent, to_codes, to_e4m3, to_output
+from .gluon_tma import (WARPS, code_descriptors, copy_barriers, descriptor, mma_layout, register_a_layout, tma_load,
+                        wait_copy)
 from .hadamard import rotate
 from .layout import mma_token_order
 from .records import block_key_records, query_record_fields, record_factors
 from .worklist import program_tile
+
+# The query records' shared layout (int32 [BM, 4], unswizzled), built once for the host descriptors.
+_RECORDS_SHARED = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
 
 
 @gluon.jit
@@ -119,16 +124,18 @@ def _half_factors(rec_s, REC_L: gl.constexpr, QRY: gl.constexpr):
 
 
 @gluon.jit
-def _step_product(b_a0, b_a1, b_s, BM: gl.constexpr, A_L: gl.constexpr, b_zero):
-    """A @ B over a step's queries, [BN, D] fp32: the halves' register A operands b_a0, b_a1
-    [BN, 32] (b_a1 unused when BM = 32) against b_s [D, BM] in shared memory (K-major), chained
-    in one fresh accumulator as one K = BM product's instructions."""
+def _step_product(b_a0, b_a1, b_s, BM: gl.constexpr, A_L: gl.constexpr, CODES: gl.constexpr, acc):
+    """acc + A @ B over a step's queries, [BN, D] fp32: the halves' register A operands b_a0,
+    b_a1 [BN, 32] (b_a1 unused when BM = 32) against b_s [D, BM] in shared memory (K-major),
+    chained as one K = BM product's instructions. E4M3 products start from zero (acc: zeros,
+    not read) to take their step's scale; BF16 ones accumulate into acc inside the MMA, as
+    the Triton kernel's ``tl.dot`` with an accumulator does."""
     SUB: gl.constexpr = b_a0.shape[1]
-    acc = warpgroup_mma(gl.convert_layout(mma_token_order(b_a0), A_L, assert_trivial=True),
-                        b_s.slice(0, SUB, dim=1).permute((1, 0)), b_zero,
-                        use_acc=False, is_async=True)
+    acc = warpgroup_mma(gl.convert_layout(mma_token_order(b_a0, CODES), A_L, assert_trivial=True),
+                        b_s.slice(0, SUB, dim=1).permute((1, 0)), acc,
+                        use_acc=CODES == gl.bfloat16, is_async=True)
     if BM == 2 * SUB:
-        acc = warpgroup_mma(gl.convert_layout(mma_token_order(b_a1), A_L, assert_trivial=True),
+        acc = warpgroup_mma(gl.convert_layout(mma_token_order(b_a1, CODES), A_L, assert_trivial=True),
                             b_s.slice(SUB, SUB, dim=1).permute((1, 0)), acc,
                             is_async=True)
     return warpgroup_mma_wait(0, deps=(acc,))
@@ -149,7 +156,7 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
                       p_cu_qt, p_cu_kt, p_work, width, p_dk, p_dv, s2, scale, inv_sqrt_d, wl, wr, total_q, total_k,
                       heads_q, GROUP: gl.constexpr, D: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
                       SCALE_BLOCK: gl.constexpr, STAGES: gl.constexpr, ROTATE_STAGES: gl.constexpr,
-                      REC_L: gl.constexpr):
+                      REC_L: gl.constexpr, CODES: gl.constexpr):
     """``attn_bwd._dkdv_kernel``'s arguments and outputs without DQ_ATOMIC (BN = 64, 4 warps),
     with Q^, dO^ ([Tq, Hq D] by [BM, D]), Q^T, dOt^T ([Hq D, Tq_t] by [D, BM]) and K^, V^
     ([Tk, Hkv D] by [BN, D]) as TMA descriptors, p_krec the ``key_records`` words (exponents per
@@ -157,9 +164,9 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
     (``query_record_layout(32)``) the layout of a half-step's [32, 4] query records. BM is 32
     or 64 (``AttnTiles`` checks it)."""
     SUB: gl.constexpr = 32  # queries per S^T, dP^T product: a step of BM queries takes BM / SUB of them
-    S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, SUB, 32])
-    O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, D, 32])
-    A_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=4)
+    S_L: gl.constexpr = mma_layout(SUB, CODES)
+    O_L: gl.constexpr = mma_layout(D, CODES)
+    A_L: gl.constexpr = register_a_layout(O_L, CODES)
     KEY: gl.constexpr = gl.SliceLayout(1, S_L)    # per key (rows of S^T)
     QRY: gl.constexpr = gl.SliceLayout(0, S_L)    # per query (columns)
     OKEY: gl.constexpr = gl.SliceLayout(1, O_L)
@@ -182,12 +189,12 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
     n_steps = GROUP * n_head
     q_row, q_col_t = q_start.to(gl.int32), q_start_t.to(gl.int32)  # TMA coordinates
 
-    k_s = gl.allocate_shared_memory(gl.float8e4nv, [BN, D], k_desc.layout)
-    v_s = gl.allocate_shared_memory(gl.float8e4nv, [BN, D], v_desc.layout)
-    q_s = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BM, D], q_desc.layout)
-    do_s = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BM, D], do_desc.layout)
-    qt_s = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, D, BM], qt_desc.layout)
-    dott_s = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, D, BM], dott_desc.layout)
+    k_s = gl.allocate_shared_memory(CODES, [BN, D], k_desc.layout)
+    v_s = gl.allocate_shared_memory(CODES, [BN, D], v_desc.layout)
+    q_s = gl.allocate_shared_memory(CODES, [STAGES, BM, D], q_desc.layout)
+    do_s = gl.allocate_shared_memory(CODES, [STAGES, BM, D], do_desc.layout)
+    qt_s = gl.allocate_shared_memory(CODES, [STAGES, D, BM], qt_desc.layout)
+    dott_s = gl.allocate_shared_memory(CODES, [STAGES, D, BM], dott_desc.layout)
     rec_s = gl.allocate_shared_memory(gl.int32, [STAGES, BM, 4], rec_desc.layout)
     bars = copy_barriers(STAGES + 1)  # the last: K^'s and V^'s
     descs = (q_desc, do_desc, qt_desc, dott_desc, rec_desc)
@@ -226,19 +233,22 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
         slot = n % STAGES
         j, masked = _query_step(t_now, n_full, lo, full_lo, full_hi)
         h_q = h_k * GROUP + g_now
-        # dOt^ has one exponent per query step: read it at the step's first row (inside the document).
-        e_dot = gl.load(p_dote + (q_start + j * BM) * heads_q + h_q).to(gl.int32)
+        if CODES == gl.float8e4nv:
+            # dOt^ has one exponent per query step: read it at the step's first row (inside the
+            # document). BF16's is 0.
+            e_dot = gl.load(p_dote + (q_start + j * BM) * heads_q + h_q).to(gl.int32)
         # Each half's query factors are read and decoded while its S^T and dP^T run (the
         # step's records came with its codes: _issue_scores waited for them).
         qg, qry = _half_factors(rec_s.index(slot).slice(0, SUB), REC_L, QRY)
         b_st, b_dpt = warpgroup_mma_wait(0, deps=(s_nxt, dp_nxt))   # [BN, SUB] S^T, dP^T before their factors
         if BM == 2 * SUB:  # the second half's products run under the first half's payload
             s_nxt, dp_nxt = _issue_half(k_s, v_s, q_s, do_s, slot, 1, SUB, b_zero_s)
-        b_pc0, b_w0 = grad_scores(b_st, b_dpt, sx, qg, qry, vf, j * BM + o_j, o_k, geo, 1, masked, False)
+        b_pc0, b_w0 = grad_scores(b_st, b_dpt, sx, qg, qry, vf, j * BM + o_j, o_k, geo, 1, masked, CODES, False)
         if BM == 2 * SUB:
             qg, qry = _half_factors(rec_s.index(slot).slice(SUB, SUB), REC_L, QRY)
             b_st, b_dpt = warpgroup_mma_wait(0, deps=(s_nxt, dp_nxt))
-            b_pc1, b_w1 = grad_scores(b_st, b_dpt, sx, qg, qry, vf, j * BM + SUB + o_j, o_k, geo, 1, masked, False)
+            b_pc1, b_w1 = grad_scores(b_st, b_dpt, sx, qg, qry, vf, j * BM + SUB + o_j, o_k, geo, 1, masked, CODES,
+                                      False)
         else:
             b_pc1, b_w1 = b_pc0, b_w0                                # one half: unused
         # The slot step n - 1 used is free: its products have completed.
@@ -246,16 +256,24 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
                    GROUP, BM, D, descs, smem, bars)
         g, t = _next(g, t, n_head)
         g_now, t_now = _next(g_now, t_now, n_head)
-        b_dv = _step_product(b_pc0, b_pc1, dott_s.index(slot), BM, A_L, b_zero_o)  # [BN, D]
-        acc_dv = acc_dv + b_dv * pow2(e_dot)
+        if CODES == gl.float8e4nv:
+            b_dv = _step_product(b_pc0, b_pc1, dott_s.index(slot), BM, A_L, CODES, b_zero_o)  # [BN, D]
+            acc_dv = acc_dv + b_dv * pow2(e_dot)
+        else:  # BF16: no step exponent, so the product accumulates inside the MMA
+            acc_dv = _step_product(b_pc0, b_pc1, dott_s.index(slot), BM, A_L, CODES, acc_dv)
         # dK's payload rows are keys: 2^eK and 2^-eV are constant along a row, the epilogue's.
-        if BM == 2 * SUB:                                            # W^T is G^T 2^(eV - eK)
+        if CODES == gl.bfloat16:                                     # W^T is G^T 2^(eV - eK)
+            b_gc0, b_gc1 = to_codes(b_w0, CODES, False), to_codes(b_w1, CODES, False)  # no scale
+        elif BM == 2 * SUB:
             b_gc0, b_gc1, b_f = _pair_scaled_codes(b_w0, b_w1)
         else:
             b_gc0, b_f = row_scaled_codes(b_w0, False)
             b_gc1 = b_gc0                                            # one half: unused
-        b_dk = _step_product(b_gc0, b_gc1, qt_s.index(slot), BM, A_L, b_zero_o)  # [BN, D]
-        acc_dk = acc_dk + b_dk * gl.convert_layout(b_f, OKEY)[:, None]
+        if CODES == gl.bfloat16:
+            acc_dk = _step_product(b_gc0, b_gc1, qt_s.index(slot), BM, A_L, CODES, acc_dk)
+        else:
+            b_dk = _step_product(b_gc0, b_gc1, qt_s.index(slot), BM, A_L, CODES, b_zero_o)  # [BN, D]
+            acc_dk = acc_dk + b_dk * gl.convert_layout(b_f, OKEY)[:, None]
         s_nxt, dp_nxt = _issue_scores(k_s, v_s, q_s, do_s, bars, n + 1, STAGES, SUB, b_zero_s)
     warpgroup_mma_wait(0, deps=(s_nxt, dp_nxt))
     for i in gl.static_range(STAGES - 2):
@@ -278,16 +296,16 @@ def dkdv_descriptors(q_codes, do_codes, q_codes_t, dot_codes_t, records, k_codes
     """Host TMA descriptors of the dK/dV kernel's operands in the 2-D views and blocks that
     ``dkdv_gluon_kernel`` reads: Q^, dO^ [Tq, Hq D] by [BM, D]; Q^T, dOt^T [Hq D, Tq_t] by
     [D, BM]; the query records [Hq Tq, 4] by [BM, 4] (int32, unswizzled); K^, V^ [Tk, Hkv D]
-    by [BN, D]. Codes contiguous float8_e4m3fn."""
+    by [BN, D]. Codes contiguous, float8_e4m3fn or bfloat16."""
     d = q_codes.shape[-1]
-    q, do, qt, dot = fp8_descriptors((q_codes.flatten(1), [block_m, d]), (do_codes.flatten(1), [block_m, d]),
+    q, do, qt, dot = code_descriptors((q_codes.flatten(1), [block_m, d]), (do_codes.flatten(1), [block_m, d]),
                                      (q_codes_t.flatten(0, 1), [d, block_m]), (dot_codes_t.flatten(0, 1), [d, block_m]))
-    k, v = fp8_descriptors((k_codes.flatten(1), [block_n, d]), (v_codes.flatten(1), [block_n, d]))
-    rec = TensorDescriptor.from_tensor(records.flatten(0, 1), [block_m, 4],
-                                       gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2))
+    k, v = code_descriptors((k_codes.flatten(1), [block_n, d]), (v_codes.flatten(1), [block_n, d]))
+    rec = descriptor(records.flatten(0, 1), (block_m, 4), _RECORDS_SHARED)
     return q, do, qt, dot, rec, k, v
 
 
+@functools.lru_cache(maxsize=None)
 def query_record_layout(block_m: int):
     """The layout of a query step's [BM, 4] records in which each thread holds the 4 words of
     every query column it holds in the S^T accumulator (m64nBMk32 wgmma, 4 warps): one

@@ -5,9 +5,10 @@ Each key step reads K^ [BN, D], V^ [BN, D] and K^T [D, BN]. The Triton kernel lo
 with per-thread addresses and keeps a key factor per key in registers (48 of them); here one
 thread issues TMA copies of whole tiles into NVMMA-swizzled shared memory, STAGES - 1 steps
 ahead, and the key words come once per 32-key block (``records.block_key_records``). The
-three products are asynchronous FP8 wgmma: each step issues its dQ tile's product and then
-the next step's S and dP, and adds the dQ tile while those run, so the tensor cores go from
-one step's products to the next without waiting for the sum.
+three products are asynchronous wgmma (E4M3 or BF16 operands, ``CODES``): each step issues
+its dQ tile's product and then the next step's S and dP, and adds the dQ tile while those
+run (BF16: accumulates it inside the MMA), so the tensor cores go from one step's products to
+the next without waiting for the sum.
 
 The step order (the full steps, then the masked ones: dQ's fp32 sum follows it), the
 payload (``bwd_math.grad_scores``, ``row_scaled_codes``) and the epilogue (``store_dq``) are
@@ -21,7 +22,8 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup
 
 from .bwd_math import (doc_bounds, grad_scores, masked_step, query_factors, reciprocal_pow2, row_scaled_codes,
                        step_range, store_dq)
-from .gluon_tma import WARPS, copy_barriers, fp8_descriptors, tma_load, wait_copy
+from .fp8 import to_codes
+from .gluon_tma import WARPS, code_descriptors, copy_barriers, mma_layout, register_a_layout, tma_load, wait_copy
 from .layout import mma_token_order
 from .records import block_key_records, query_fields_by_word, record_factors
 from .worklist import program_tile
@@ -62,13 +64,14 @@ def _step(n, n_full, lo, full_lo, full_hi):
 def dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, kt_desc, p_rec, p_krec, p_cu_q, p_cu_k, p_cu_qt, p_cu_kt,
                     p_work, width, p_dq, s2, scale, inv_sqrt_d, wl, wr, total_q, total_k, heads_q,
                     GROUP: gl.constexpr, D: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
-                    SCALE_BLOCK: gl.constexpr, STAGES: gl.constexpr, ROTATE_STAGES: gl.constexpr):
+                    SCALE_BLOCK: gl.constexpr, STAGES: gl.constexpr, ROTATE_STAGES: gl.constexpr,
+                    CODES: gl.constexpr):
     """``attn_bwd._dq_kernel``'s arguments and output (BM = 64, 4 warps) with Q^, dO^ ([Tq, Hq D]
     by [BM, D]), K^, V^ ([Tk, Hkv D] by [BN, D]) and K^T ([Hkv D, Tk_t] by [D, BN]) as TMA
     descriptors, and p_krec the ``key_records`` words."""
-    S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, BN, 32])
-    O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, D, 32])
-    G_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=4)
+    S_L: gl.constexpr = mma_layout(BN, CODES)
+    O_L: gl.constexpr = mma_layout(D, CODES)
+    G_L: gl.constexpr = register_a_layout(O_L, CODES)
     ROW: gl.constexpr = gl.SliceLayout(1, S_L)
     # The epilogue's: a token row per thread, so the rotation's butterflies stay in registers.
     ROWS: gl.constexpr = gl.BlockedLayout([1, D], [32, 1], [WARPS, 1], [1, 0])
@@ -88,11 +91,11 @@ def dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, kt_desc, p_rec, p_krec, p_c
     n_steps = n_full + (full_lo - lo) + (hi - full_hi)
     k_row, kt_col = k_start.to(gl.int32), k_start_t.to(gl.int32)  # TMA coordinates
 
-    q_s = gl.allocate_shared_memory(gl.float8e4nv, [BM, D], q_desc.layout)
-    do_s = gl.allocate_shared_memory(gl.float8e4nv, [BM, D], do_desc.layout)
-    k_s = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BN, D], k_desc.layout)
-    v_s = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BN, D], v_desc.layout)
-    kt_s = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, D, BN], kt_desc.layout)
+    q_s = gl.allocate_shared_memory(CODES, [BM, D], q_desc.layout)
+    do_s = gl.allocate_shared_memory(CODES, [BM, D], do_desc.layout)
+    k_s = gl.allocate_shared_memory(CODES, [STAGES, BN, D], k_desc.layout)
+    v_s = gl.allocate_shared_memory(CODES, [STAGES, BN, D], v_desc.layout)
+    kt_s = gl.allocate_shared_memory(CODES, [STAGES, D, BN], kt_desc.layout)
     bars = copy_barriers(STAGES + 1)  # the last: Q^'s and dO^'s
     # Rows of Q^ and dO^ past the document are the next document's: their records read m = +inf
     # and zeros, so their payload is zero and they are not stored. Steps past the last are
@@ -130,16 +133,24 @@ def dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, kt_desc, p_rec, p_krec, p_c
         _copy_keys(k_desc, v_desc, kt_desc, k_s, v_s, kt_s, bars, (n + STAGES - 1) % STAGES, k_row + k_ahead,
                    h_k * D, h_k * D, kt_col + k_ahead)
         kf, vf = record_factors(rec)                                # [BN] 2^eK, 2^eV
-        b_g = grad_scores(b_s, b_dp, qx, kf, qry, vf, o_i, k0 + o_j, geo, 0, n >= n_full, False)[1]  # payload G
-        b_gc, b_f = row_scaled_codes(b_g, False)  # G's codes
-        b_t = warpgroup_mma(gl.convert_layout(mma_token_order(b_gc), G_L, assert_trivial=True),
-                            kt_s.index(n % STAGES).permute((1, 0)), b_zero_o,
-                            use_acc=False, is_async=True)
+        b_g = grad_scores(b_s, b_dp, qx, kf, qry, vf, o_i, k0 + o_j, geo, 0, n >= n_full, CODES, False)[1]  # G
+        b_init = b_zero_o
+        if CODES == gl.bfloat16:  # BF16 payloads take no scale: the product accumulates into acc in the MMA
+            b_gc = to_codes(b_g, CODES, False)
+            b_init = acc
+        else:
+            b_gc, b_f = row_scaled_codes(b_g, False)  # G's codes
+        b_t = warpgroup_mma(gl.convert_layout(mma_token_order(b_gc, CODES), G_L, assert_trivial=True),
+                            kt_s.index(n % STAGES).permute((1, 0)), b_init,
+                            use_acc=CODES == gl.bfloat16, is_async=True)
         # The next step's products queue behind this dQ tile and run under its sum (after
         # the last step, on keys no row reads: two products per program kept for a uniform loop).
         s_nxt, dp_nxt = _issue_scores(q_s, do_s, k_s, v_s, bars, n + 1, STAGES, b_zero_s)
         b_t = warpgroup_mma_wait(2, deps=(b_t,))                   # [BM, D]
-        acc = acc + b_t * gl.convert_layout(b_f, gl.SliceLayout(1, O_L))[:, None]
+        if CODES == gl.bfloat16:
+            acc = b_t
+        else:
+            acc = acc + b_t * gl.convert_layout(b_f, gl.SliceLayout(1, O_L))[:, None]
     warpgroup_mma_wait(0, deps=(s_nxt, dp_nxt))
     for i in gl.static_range(STAGES - 2):
         wait_copy(bars, n_steps + 1 + i, STAGES)
@@ -154,8 +165,8 @@ def dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, kt_desc, p_rec, p_krec, p_c
 def dq_descriptors(q_codes, do_codes, k_codes, v_codes, k_codes_t, block_m: int, block_n: int):
     """Host TMA descriptors of the dQ kernel's operands in the 2-D views and blocks that
     ``dq_gluon_kernel`` reads: Q^, dO^ [Tq, Hq D] by [BM, D]; K^, V^ [Tk, Hkv D] by [BN, D];
-    K^T [Hkv D, Tk_t] by [D, BN]. Codes contiguous float8_e4m3fn."""
+    K^T [Hkv D, Tk_t] by [D, BN]. Codes contiguous, float8_e4m3fn or bfloat16."""
     d = q_codes.shape[-1]
-    return fp8_descriptors((q_codes.flatten(1), [block_m, d]), (do_codes.flatten(1), [block_m, d]),
+    return code_descriptors((q_codes.flatten(1), [block_m, d]), (do_codes.flatten(1), [block_m, d]),
                            (k_codes.flatten(1), [block_n, d]), (v_codes.flatten(1), [block_n, d]),
                            (k_codes_t.flatten(0, 1), [d, block_n]))

@@ -1,4 +1,4 @@
-"""The Triton forward of the MXFP8 route (NUMERICS.md 3), on packed documents.
+"""The Triton forward of the MXFP8 and BF16 routes (NUMERICS.md 3), on packed documents.
 
 Programs map to ((document, query tile), query head) through the grid (W, Hq) and a
 ``worklist.tile_list``: long documents first and, in each, the last tile (under a causal mask
@@ -23,12 +23,13 @@ import triton.language as tl
 
 from ..masks import effective_window
 from .attn_fwd_gluon import attn_fwd_gluon_kernel, operand_descriptors
-from .configs import AttnTiles
+from .configs import AttnTiles, format_of
 from .fp8 import interpreting, maybe_masked_load, mma, pow2, to_output
 from .fwd_math import finish_rows, program_geometry, scores_to_codes, visible_keys
 from .layout import check_operand, mma_token_order, transposed_extent
 from .records import key_records, packed_key_factors
-from .worklist import program_tile, tile_list
+from .worklist import list_extent, program_tile, tile_list
+from .launch import launch
 
 LOG2E = math.log2(math.e)
 HEAD_DIMS = (64, 128)
@@ -38,7 +39,7 @@ HEAD_DIMS = (64, 128)
 def _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k, p_vt, p_krec, k_lo, b_first, b_last,
                  n_k, n_vt, heads_kv, tk_t,
                  TAU: tl.constexpr, D: tl.constexpr, BN: tl.constexpr, MASK: tl.constexpr,
-                 INTERPRET: tl.constexpr):
+                 CODES: tl.constexpr, INTERPRET: tl.constexpr):
     """One key tile, steps 1-7 of NUMERICS.md 3. p_k, p_vt, p_krec point at the
     document's first key (K^ row, V^T column, ``key_records``); k_lo: the tile's first key position
     in the document; b_first, b_last [BM]: each row's visible keys (MASK tiles only);
@@ -60,11 +61,15 @@ def _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k, p_vt, p_krec, k_lo, b_fi
 
     b_s = mma(b_q, tl.trans(b_k), tl.zeros([b_q.shape[0], BN], tl.float32), INTERPRET)  # [BM, BN]
     b_pq, b_alpha, b_l, b_m_new = scores_to_codes(b_s * b_kf[None, :], b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first,
-                                                  b_last, TAU, MASK, INTERPRET)
-    # P^ V^ starts from zero and is added in fp32: Hopper's FP8 MMA accumulates with reduced
-    # precision, which over a whole row of key tiles cost 0.4% of O against the emulator.
-    b_tile_o = mma(mma_token_order(b_pq), tl.trans(b_vt), tl.zeros_like(b_acc), INTERPRET)  # [BM, D]
-    b_acc = b_acc * b_alpha[:, None] + b_tile_o
+                                                  b_last, TAU, MASK, CODES, INTERPRET)
+    if CODES == tl.bfloat16:
+        # BF16 MMAs accumulate in full fp32: P^ V^ adds into the rescaled acc inside the MMA.
+        b_acc = mma(mma_token_order(b_pq, CODES), tl.trans(b_vt), b_acc * b_alpha[:, None], INTERPRET)
+    else:
+        # P^ V^ starts from zero and is added in fp32: Hopper's FP8 MMA accumulates with reduced
+        # precision, which over a whole row of key tiles cost 0.4% of O against the emulator.
+        b_tile_o = mma(mma_token_order(b_pq, CODES), tl.trans(b_vt), tl.zeros_like(b_acc), INTERPRET)  # [BM, D]
+        b_acc = b_acc * b_alpha[:, None] + b_tile_o
     return b_acc, b_l, b_m_new
 
 
@@ -73,7 +78,7 @@ def _attn_fwd_kernel(p_q, p_qe, p_k, p_vt, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt
                      p_o, p_lse, p_mo, p_ro,
                      total_q, total_k, tk_t, heads_q, heads_kv, s2, window_left, window_right,
                      TAU: tl.constexpr, SIGMA: tl.constexpr, D: tl.constexpr,
-                     BM: tl.constexpr, BN: tl.constexpr, INTERPRET: tl.constexpr):
+                     BM: tl.constexpr, BN: tl.constexpr, CODES: tl.constexpr, INTERPRET: tl.constexpr):
     """One ((document, query tile), query head) program; see the module docstring."""
     doc, tile = program_tile(p_work, width)  # longest documents, and their last tiles, first
     if doc < 0:
@@ -105,7 +110,7 @@ def _attn_fwd_kernel(p_q, p_qe, p_k, p_vt, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt
             b_acc, b_l, b_m = _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k_doc, p_vt_doc, p_krec_doc,
                                            t * BN, b_first, b_last, total_k - k_start, tk_t - k_start_t,
                                            heads_kv, tk_t,
-                                           TAU, D, BN, run != 1, INTERPRET)
+                                           TAU, D, BN, run != 1, CODES, INTERPRET)
 
     b_ro, b_lse, b_m = finish_rows(b_l, b_m, b_pv, SIGMA)
     b_o = to_output(b_acc * b_ro[:, None], tl.bfloat16, INTERPRET)
@@ -118,11 +123,13 @@ def _attn_fwd_kernel(p_q, p_qe, p_k, p_vt, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt
 
 def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, cu_seqlens_q, cu_seqlens_k,
                       cu_seqlens_k_t, *, causal: bool, window_size: tuple[int, int], softmax_scale: float, tau: int,
-                      sigma: int, scale_block: int, tiles: AttnTiles, key_rec: torch.Tensor | None = None):
-    """The MXFP8 forward on quantized operands (NUMERICS.md 3).
+                      sigma: int, scale_block: int, tiles: AttnTiles, key_rec: torch.Tensor | None = None,
+                      work: torch.Tensor | None = None):
+    """The forward on quantized operands (NUMERICS.md 3), in the codes' format: float8_e4m3fn
+    (MXFP8) or bfloat16 (the BF16 recipe: every exponent 0).
 
-    q_codes [Tq, Hq, D] float8_e4m3fn, q_exps [Tq, Hq] int8; k_codes [Tk, Hkv, D]
-    float8_e4m3fn, k_exps [Tk, Hkv] int8; v_codes_t [Hkv, D, Tk_t] float8_e4m3fn (V^T, tokens
+    q_codes [Tq, Hq, D] codes, q_exps [Tq, Hq] int8; k_codes [Tk, Hkv, D]
+    codes, k_exps [Tk, Hkv] int8; v_codes_t [Hkv, D, Tk_t] codes (V^T, tokens
     contiguous in the layout of ``layout.py``, zero codes outside documents: Hopper's FP8
     wgmma needs K-major B, so P@V reads V^T), v_exps [Tk, Hkv] int8; pv [Tq, Hkv] int32
     (``kernels.prefix.prefix_v_exponent``); scale_block: the tokens that share an exponent
@@ -131,7 +138,8 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
     cu_seqlens_k_t int32 [num_docs + 1], V^T's document starts (``aligned_starts``, as the
     quantizer returns them); key_rec: ``key_records(k_exps, v_exps)`` [Hkv, Tk] int32 if the
     caller has it (it serves the backward's dQ too), else built here. D is 64 or 128 and Hq a
-    multiple of Hkv.
+    multiple of Hkv. work: the ``tile_list`` of query tiles (``fwd_block_m``, reversed) if the
+    caller has it (``plan.build_plan``), else built here.
 
     Returns out [Tq, Hq, D] bf16 and lse (natural log), m (integer running max, log2 units),
     ro = 2^(PV - sigma) / l, each [Hq, Tq] fp32.
@@ -144,11 +152,12 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
         raise ValueError(f"k_exps: Hq={hq} must be a multiple of Hkv, got shape {tuple(k_exps.shape)}")
     num_docs = cu_seqlens_q.shape[0] - 1
     tk_t = transposed_extent(tk, num_docs)
-    fp8, i8, i32 = torch.float8_e4m3fn, torch.int8, torch.int32
+    fmt = format_of(q_codes)
+    codes, i8, i32 = fmt.torch_dtype, torch.int8, torch.int32
     for name, x, dtype, shape in (
-            ("q_codes", q_codes, fp8, (tq, hq, d)), ("q_exps", q_exps, i8, (tq, hq)),
-            ("k_codes", k_codes, fp8, (tk, hkv, d)), ("k_exps", k_exps, i8, (tk, hkv)),
-            ("v_codes_t", v_codes_t, fp8, (hkv, d, tk_t)), ("v_exps", v_exps, i8, (tk, hkv)),
+            ("q_codes", q_codes, codes, (tq, hq, d)), ("q_exps", q_exps, i8, (tq, hq)),
+            ("k_codes", k_codes, codes, (tk, hkv, d)), ("k_exps", k_exps, i8, (tk, hkv)),
+            ("v_codes_t", v_codes_t, codes, (hkv, d, tk_t)), ("v_exps", v_exps, i8, (tk, hkv)),
             ("pv", pv, i32, (tq, hkv)),
             ("cu_seqlens_q", cu_seqlens_q, i32, (num_docs + 1,)), ("cu_seqlens_k", cu_seqlens_k, i32, (num_docs + 1,)),
             ("cu_seqlens_k_t", cu_seqlens_k_t, i32, (num_docs + 1,))):
@@ -165,16 +174,19 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
     if key_rec is None:
         key_rec = key_records(k_exps, v_exps)
     check_operand("key_rec", key_rec, i32, (hkv, tk))
-    work = tile_list(cu_seqlens_q, tq, tiles.fwd_block_m, reverse=True)
+    if work is None:
+        work = tile_list(cu_seqlens_q, tq, tiles.fwd_block_m, reverse=True)
+    check_operand("work", work, i32, (2, list_extent(tq, num_docs, tiles.fwd_block_m)))
     grid = (work.shape[1], hq)
     rest = (key_rec, pv, cu_seqlens_q, cu_seqlens_k, cu_seqlens_k_t, work, work.shape[1], out, lse, m, ro,
             tq, tk, tk_t, hq, hkv, softmax_scale * LOG2E, wl, wr)
-    common = dict(TAU=tau, SIGMA=sigma, D=d, BM=tiles.fwd_block_m, BN=tiles.fwd_block_n, num_warps=tiles.fwd_warps)
+    common = dict(TAU=tau, SIGMA=sigma, D=d, BM=tiles.fwd_block_m, BN=tiles.fwd_block_n, CODES=fmt.codes,
+                  num_warps=tiles.fwd_warps)
     if tiles.fwd_gluon and not interpreting():
         q_desc, k_desc, vt_desc = operand_descriptors(q_codes, k_codes, v_codes_t, tiles.fwd_block_m, tiles.fwd_block_n)
-        attn_fwd_gluon_kernel[grid](q_desc, q_exps, k_desc, vt_desc, *rest, STAGES=tiles.fwd_stages,
-                                    SCALE_BLOCK=scale_block, **common)
+        launch(attn_fwd_gluon_kernel, grid, q_desc, q_exps, k_desc, vt_desc, *rest, STAGES=tiles.fwd_stages,
+               SCALE_BLOCK=scale_block, **common)
     else:
-        _attn_fwd_kernel[grid](q_codes, q_exps, k_codes, v_codes_t, *rest, INTERPRET=interpreting(),
-                               num_stages=tiles.fwd_stages, **common)
+        launch(_attn_fwd_kernel, grid, q_codes, q_exps, k_codes, v_codes_t, *rest, INTERPRET=interpreting(),
+               num_stages=tiles.fwd_stages, **common)
     return out, lse, m, ro

@@ -1,10 +1,10 @@
-"""The MXFP8 forward of ``attn_fwd.py`` in Gluon, for Hopper: the next tile's scores run under
+"""The forward of ``attn_fwd.py`` in Gluon (E4M3 or BF16 codes: ``CODES``), for Hopper: the next tile's scores run under
 this tile's softmax.
 
 Triton's ``tl.dot`` waits for each MMA where its result is first used, so the Triton forward
 runs Q^ K^T, waits, runs the softmax, runs P^ V^, waits: the tensor cores idle through the
 softmax unless another program on the SM fills them. Gluon (``triton.experimental.gluon``)
-issues FP8 wgmma asynchronously and waits where the kernel says: here each step waits for its
+issues wgmma asynchronously and waits where the kernel says: here each step waits for its
 own scores, issues the next tile's Q^ K^T, and runs its softmax and P^ V^ while that product
 is in flight. One thread copies each K^ and V^T tile into NVMMA-swizzled shared memory with
 TMA, STAGES - 1 tiles ahead of the scores that read them (no per-thread addresses), and the
@@ -26,7 +26,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup
 
 from .fp8 import pow2, to_output
 from .fwd_math import finish_rows, program_geometry, scores_to_codes, visible_keys
-from .gluon_tma import WARPS, copy_barriers, fp8_descriptors, tma_load, wait_copy
+from .gluon_tma import code_descriptors, copy_barriers, mma_layout, register_a_layout, tma_load, wait_copy
 from .layout import mma_token_order
 from .records import block_key_records, record_factors
 from .worklist import program_tile
@@ -63,15 +63,15 @@ def attn_fwd_gluon_kernel(q_desc, p_qe, k_desc, vt_desc, p_krec, p_pv, p_cu_q, p
                           p_o, p_lse, p_mo, p_ro,
                           total_q, total_k, tk_t, heads_q, heads_kv, s2, window_left, window_right,
                           TAU: gl.constexpr, SIGMA: gl.constexpr, D: gl.constexpr,
-                          BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, SCALE_BLOCK: gl.constexpr):
+                          BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, SCALE_BLOCK: gl.constexpr,
+                          CODES: gl.constexpr):
     """``attn_fwd._attn_fwd_kernel``'s arguments and outputs (BM = 64, 4 warps), with Q^, K^
     and V^T as TMA descriptors of their 2-D views [Tq, Hq D], [Tk, Hkv D], [Hkv D, Tk_t]
     (blocks [BM, D], [BN, D], [D, BN])."""
-    # The wgmma accumulators (m64nNk32 FP8 instructions, Triton's choice for these tiles) and
-    # P^ as the register A operand of P^ V^.
-    S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, BN, 32])
-    O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, D, 32])
-    P_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=4)
+    # The wgmma accumulators and P^ as the register A operand of P^ V^.
+    S_L: gl.constexpr = mma_layout(BN, CODES)
+    O_L: gl.constexpr = mma_layout(D, CODES)
+    P_L: gl.constexpr = register_a_layout(O_L, CODES)
     ROW: gl.constexpr = gl.SliceLayout(1, S_L)
     COL: gl.constexpr = gl.SliceLayout(0, S_L)
 
@@ -83,9 +83,9 @@ def attn_fwd_gluon_kernel(q_desc, p_qe, k_desc, vt_desc, p_krec, p_pv, p_cu_q, p
     p_krec_doc = p_krec + hk.to(gl.int64) * total_k + k_start
     n_k = total_k - k_start
 
-    q_s = gl.allocate_shared_memory(gl.float8e4nv, [BM, D], q_desc.layout)
-    k_s = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BN, D], k_desc.layout)
-    v_s = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, D, BN], vt_desc.layout)
+    q_s = gl.allocate_shared_memory(CODES, [BM, D], q_desc.layout)
+    k_s = gl.allocate_shared_memory(CODES, [STAGES, BN, D], k_desc.layout)
+    v_s = gl.allocate_shared_memory(CODES, [STAGES, D, BN], vt_desc.layout)
     bars = copy_barriers(STAGES + 1)  # the last: Q^'s
     # Rows of Q^ past the document are the next document's (or zeros): their outputs are not
     # stored. Tiles past t_hi are copied too and never read, so the loop needs no bounds on
@@ -128,13 +128,19 @@ def attn_fwd_gluon_kernel(q_desc, p_qe, k_desc, vt_desc, p_krec, p_pv, p_cu_q, p
         # carries it without ~64 register moves per tile.
         s_next = _issue_scores(q_s, k_s, bars, j + 1, BM, BN, STAGES, S_L)
         b_pq, b_alpha, b_l, b_m = scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU,
-                                                  (t < u_lo) | (t >= u_hi), False, _to_rows, ROW)
-        # P^ V^ from zero, added in fp32 (attn_fwd._attend_tile says why).
-        b_tile_o = warpgroup_mma(gl.convert_layout(mma_token_order(b_pq), P_L, assert_trivial=True),
-                                 v_s.index(j % STAGES).permute((1, 0)),
-                                 gl.zeros([BM, D], gl.float32, layout=O_L), use_acc=False, is_async=True)
-        b_tile_o = warpgroup_mma_wait(0, deps=(b_tile_o,))         # [BM, D]
-        b_acc = b_acc * gl.convert_layout(b_alpha, gl.SliceLayout(1, O_L))[:, None] + b_tile_o
+                                                  (t < u_lo) | (t >= u_hi), CODES, False, _to_rows, ROW)
+        # E4M3: P^ V^ from zero, added in fp32; BF16: into the rescaled acc inside the MMA
+        # (attn_fwd._attend_tile says why).
+        b_p_op = gl.convert_layout(mma_token_order(b_pq, CODES), P_L, assert_trivial=True)
+        if CODES == gl.bfloat16:
+            b_acc = b_acc * gl.convert_layout(b_alpha, gl.SliceLayout(1, O_L))[:, None]
+            b_acc = warpgroup_mma(b_p_op, v_s.index(j % STAGES).permute((1, 0)), b_acc, is_async=True)
+            b_acc = warpgroup_mma_wait(0, deps=(b_acc,))           # [BM, D]
+        else:
+            b_tile_o = warpgroup_mma(b_p_op, v_s.index(j % STAGES).permute((1, 0)),
+                                     gl.zeros([BM, D], gl.float32, layout=O_L), use_acc=False, is_async=True)
+            b_tile_o = warpgroup_mma_wait(0, deps=(b_tile_o,))     # [BM, D]
+            b_acc = b_acc * gl.convert_layout(b_alpha, gl.SliceLayout(1, O_L))[:, None] + b_tile_o
     warpgroup_mma_wait(0, deps=(s_next,))
     n = t_hi - t_lo
     for i in gl.static_range(STAGES - 2):
@@ -156,7 +162,7 @@ def operand_descriptors(q_codes, k_codes, v_codes_t, block_m: int, block_n: int)
     """Host TMA descriptors of the forward's operands in the 2-D views and blocks that
     ``attn_fwd_gluon_kernel`` reads: Q^ [Tq, Hq D] by [BM, D], K^ [Tk, Hkv D] by [BN, D],
     V^T [Hkv D, Tk_t] by [D, BN]. q_codes [Tq, Hq, D], k_codes [Tk, Hkv, D], v_codes_t
-    [Hkv, D, Tk_t]: contiguous float8_e4m3fn."""
+    [Hkv, D, Tk_t]: contiguous codes (float8_e4m3fn or bfloat16)."""
     d = q_codes.shape[-1]
-    return fp8_descriptors((q_codes.flatten(1), [block_m, d]), (k_codes.flatten(1), [block_n, d]),
+    return code_descriptors((q_codes.flatten(1), [block_m, d]), (k_codes.flatten(1), [block_n, d]),
                            (v_codes_t.flatten(0, 1), [d, block_n]))

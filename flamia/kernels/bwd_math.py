@@ -8,7 +8,7 @@ which lets Gluon kernels call it.
 import triton
 import triton.language as tl
 
-from .fp8 import E4M3_EQ, E4M3_MQ, e4m3_grid, mul_rn, pow2, scale_exponent, to_e4m3, to_output
+from .fp8 import E4M3_EQ, E4M3_MQ, code_grid, mul_rn, pow2, scale_exponent, to_e4m3, to_output
 from .hadamard import rotate
 from .layout import T_ALIGN as _T_ALIGN
 
@@ -43,7 +43,7 @@ def visible(o_i, o_k, geo):
 
 @triton.jit
 def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.constexpr, MASK,
-                 INTERPRET: tl.constexpr):
+                CODES: tl.constexpr, INTERPRET: tl.constexpr):
     """P codes and the gradient payload of one tile, NUMERICS.md 4 steps 1-6.
 
     The tile is [queries, keys] (Q_AXIS = 0, the dQ loop) or [keys, queries] (Q_AXIS = 1,
@@ -55,7 +55,7 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
     each [N]; o_i, o_k: query and key positions [N] in the document; geo: ``visible``'s;
     MASK: apply the visibility rule by selection on P and the payload (a constexpr, or a
     runtime flag in the Gluon dQ kernel).
-    Returns (P^ float8e4nv, payload fp32), tile shape. With W = fp32(fp32(Pd 2^(eV + eQ)) (dP - D))
+    Returns (P^ in the operand format CODES, payload fp32), tile shape. With W = fp32(fp32(Pd 2^(eV + eQ)) (dP - D))
     (dS 2^(eV + eQ): NUMERICS.md 4's dS rounded at the same places), the payload is
     G = W 2^(eK - eV) in the dQ orientation and W^T in the dK/dV one, whose key factors are
     constant along its rows (the epilogue's). Powers of two scale exactly, so G has W's
@@ -77,7 +77,7 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
     # garbage (NaN dK, different from run to run).
     # The V fold as one multiply by vf rf: one value per query and key block, which the
     # compiler computes once per block; the same codes as the forward's (p vf) rf (NUMERICS.md 4).
-    b_pcf = e4m3_grid(b_p * (vf * tl.expand_dims(rf, K_AXIS)), INTERPRET)
+    b_pcf = code_grid(b_p * (vf * tl.expand_dims(rf, K_AXIS)), CODES, INTERPRET)
     # ((P^ ro)((dP 2^edO) vf - D)) 2^eQ with 2^edO and 2^eQ moved onto ro and D (records.query_records)
     if Q_AXIS == 0:
         # dQ: G = W 2^(eK - eV), the key's powers of two folded into rq: one factor per row
@@ -95,14 +95,15 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
             m_vis = visible(o_i[None, :], o_k[:, None], geo)
         b_pcf = tl.where(m_vis, b_pcf, 0.0)
         b_g = tl.where(m_vis, b_g, 0.0)
-    return b_pcf.to(tl.float8e4nv), b_g
+    return b_pcf.to(CODES), b_g
 
 
 @triton.jit
 def row_scaled_codes(b_g, INTERPRET: tl.constexpr):
     """E4M3 codes of G 2^-e and the fp32 factors 2^e [R], one exponent per row of b_g [R, C]
     fp32, e = scale_exponent(rowmax |G|): the A operand of the dQ payload's product (rows =
-    queries) and of dK's (rows = keys), whose results the kernels scale by 2^e per row."""
+    queries) and of dK's (rows = keys), whose results the kernels scale by 2^e per row.
+    (BF16 payloads take no scale: the kernels round them with ``to_codes``.)"""
     e = scale_exponent(tl.max(tl.abs(b_g), axis=1), E4M3_EQ, E4M3_MQ)  # [R]
     return to_e4m3(b_g * pow2(-e)[:, None], INTERPRET), pow2(e)
 

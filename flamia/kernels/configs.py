@@ -6,10 +6,45 @@ rise; ``bwd_block_m`` is the query step of the dK/dV loop, the extent of the tra
 exponent and of the per-key scale of the dK payload G; ``dq_block_n`` is the key step of the
 dQ loop, the extent of the per-row scale of the dQ payload.
 """
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+
+import torch
+import triton.language as tl
 
 from ..tiling import NumericsTiles, numerics_tiles
 from .layout import DOC_ALIGN
+
+
+@dataclass(frozen=True)
+class OperandFormat:
+    """What the attention kernels multiply: the dtype of every code tensor, of P and of the
+    gradient payloads, as ``torch_dtype`` and as the kernels' ``CODES`` constexpr (``codes``).
+    E4M3 codes carry power-of-two exponents per token block; BF16 values carry none (every
+    exponent is 0, NUMERICS.md 4's BF16 line), so one kernel family serves both recipes."""
+
+    name: str
+    torch_dtype: torch.dtype
+    codes: tl.dtype
+
+
+E4M3 = OperandFormat("e4m3", torch.float8_e4m3fn, tl.float8e4nv)
+BF16 = OperandFormat("bf16", torch.bfloat16, tl.bfloat16)
+RECIPE_FORMATS = {"mxfp8": E4M3, "bf16": BF16}  # the recipes the kernels run
+
+
+def recipe_format(name: str) -> OperandFormat:
+    if name not in RECIPE_FORMATS:
+        raise ValueError(f"recipe: the kernels run {tuple(RECIPE_FORMATS)}, got {name!r}")
+    return RECIPE_FORMATS[name]
+
+
+def format_of(codes: torch.Tensor) -> OperandFormat:
+    """The format of a code tensor, from its dtype (the launchers' one source of it)."""
+    for fmt in RECIPE_FORMATS.values():
+        if codes.dtype == fmt.torch_dtype:
+            return fmt
+    raise ValueError(f"codes: dtype must be one of {[f.torch_dtype for f in RECIPE_FORMATS.values()]}, "
+                     f"got {codes.dtype}")
 
 
 @dataclass(frozen=True)
@@ -117,11 +152,18 @@ class QuantizerTiles:
 # docs/PERFORMANCE.md has the figures.
 TILES_D64 = AttnTiles(**asdict(numerics_tiles(64)), fwd_stages=4, dq_stages=2, dkdv_maxnreg=168)
 TILES = {64: TILES_D64, 128: AttnTiles(**asdict(numerics_tiles(128)))}
+# BF16 codes take twice the shared memory and their register A operands twice the registers of
+# E4M3's; the numerics tiles stay (the emulator's). Offline SASS (Triton 3.6, sm_90a): the d=128
+# forward at 2 stages takes 147 KB of shared memory and 250 registers (3 stages: 212 KB), dK/dV
+# 255 registers with one spill in its step loop (32-query steps: 230, none), dQ 200; at d=64
+# the dK/dV kernel spills at E4M3's 168-register cap (62 LDL/STL) and takes 210 uncapped. Not
+# yet timed on the GPU.
+BF16_TILES = {64: replace(TILES_D64, dkdv_maxnreg=None), 128: replace(TILES[128], fwd_stages=2)}
 QUANTIZER = QuantizerTiles()
 SUPPORTED_HEAD_DIMS = tuple(TILES)
 
 
-def tiles_for(head_dim: int) -> AttnTiles:
+def tiles_for(head_dim: int, fmt: OperandFormat = E4M3) -> AttnTiles:
     if head_dim not in TILES:
         raise ValueError(f"head_dim: the kernels support {SUPPORTED_HEAD_DIMS}, got {head_dim}")
-    return TILES[head_dim]
+    return (BF16_TILES if fmt == BF16 else TILES)[head_dim]

@@ -1,6 +1,7 @@
-"""Triton helpers shared by the kernels: exact powers of two, scale exponents, E4M3 rounding,
-FP8 matrix products, loads masked only where a tile may leave its document. The Triton
-interpreter's known bugs are worked around here and only here (``INTERPRET`` is a constexpr
+"""Triton helpers shared by the kernels: exact powers of two, scale exponents, E4M3 and BF16
+rounding (``CODES``, the operand format of configs.OperandFormat), FP8 and BF16 matrix
+products, loads masked only where a tile may leave its document. The Triton interpreter's
+known bugs are worked around here and only here (``INTERPRET`` is a constexpr
 the launchers pass):
 - its fp32 -> fp8 ``.to()`` mis-rounds about 2% of values, so values are first rounded to the
   E4M3 grid in fp32 (bit-exact round-to-nearest-even), which makes the cast exact;
@@ -13,6 +14,7 @@ the launchers pass):
 - before Triton 3.7 it turns a runtime loop bound into an int with ``int()`` of a one-element
   array, which numpy 2.4 refuses (triton-lang/triton#9171): ``_patch_scalar_index``.
 """
+import functools
 import os
 
 import triton
@@ -25,8 +27,11 @@ E4M3_EQ = tl.constexpr(8)
 E4M3_MQ = tl.constexpr(0x600000)
 
 
+@functools.cache
 def interpreting() -> bool:
-    """True when Triton kernels run on the CPU interpreter (TRITON_INTERPRET=1)."""
+    """True when Triton kernels run on the CPU interpreter (TRITON_INTERPRET=1). Read once:
+    Triton decides when it decorates the kernels, at import, and reading the environment
+    costs microseconds in every launcher."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
@@ -166,9 +171,9 @@ def maybe_masked_load(ptrs, mask, other, MASK: tl.constexpr):
 
 @triton.jit
 def mma(a, b, acc, INTERPRET: tl.constexpr):
-    """acc + a @ b with fp32 accumulation; FP8 wgmma on the GPU."""
+    """acc + a @ b with fp32 accumulation; FP8 or BF16 wgmma on the GPU."""
     if INTERPRET:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+        return tl.dot(to_fp32(a, INTERPRET), to_fp32(b, INTERPRET), acc, input_precision="ieee")
     return tl.dot(a, b, acc)
 
 
@@ -179,7 +184,36 @@ def to_output(x, DTYPE: tl.constexpr, INTERPRET: tl.constexpr):
     for normal numbers."""
     if INTERPRET:
         if DTYPE == tl.bfloat16:
-            bits = x.to(tl.int32, bitcast=True)
-            bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
-            x = bits.to(tl.float32, bitcast=True)
+            x = round_bf16(x)
     return x.to(DTYPE)
+
+
+@triton.jit
+def round_bf16(x):
+    """fp32 -> fp32 on the BF16 grid, round to nearest even, on the bits (exact for every
+    value: subnormals, overflow to inf, NaN stays NaN)."""
+    bits = x.to(tl.int32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def to_codes(x, CODES: tl.constexpr, INTERPRET: tl.constexpr):
+    """fp32 -> the operand format CODES (float8e4nv or bfloat16), round to nearest even."""
+    if CODES == tl.bfloat16:
+        y = to_output(x, tl.bfloat16, INTERPRET)
+    else:
+        y = to_e4m3(x, INTERPRET)
+    return y
+
+
+@triton.jit
+def code_grid(x, CODES: tl.constexpr, INTERPRET: tl.constexpr):
+    """fp32 -> fp32 on the grid of CODES, round to nearest even (``e4m3_grid`` for E4M3).
+    BF16 rounds on the bits, not through a bf16 tensor: a converted tensor that also feeds a
+    wgmma is what Triton 3.6 miscompiles for FP8 (``e4m3_grid``)."""
+    if CODES == tl.bfloat16:
+        y = round_bf16(x)
+    else:
+        y = e4m3_grid(x, INTERPRET)
+    return y

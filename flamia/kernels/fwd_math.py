@@ -9,7 +9,7 @@ import math
 import triton
 import triton.language as tl
 
-from .fp8 import pow2, to_e4m3
+from .fp8 import pow2, to_codes
 from .layout import T_ALIGN
 
 LN2 = tl.constexpr(math.log(2.0))
@@ -91,14 +91,15 @@ def _row_tree(x, IS_MAX: tl.constexpr, LEAVES: tl.constexpr):
 
 @triton.jit
 def scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU: tl.constexpr, MASK,
-                    INTERPRET: tl.constexpr, TO_ROWS: tl.constexpr = same_layout, ROWS: tl.constexpr = None):
+                    CODES: tl.constexpr, INTERPRET: tl.constexpr, TO_ROWS: tl.constexpr = same_layout,
+                    ROWS: tl.constexpr = None):
     """NUMERICS.md 3's steps 1 (after the product) to 6 on one tile of key-scaled scores
     b_y = (Q^ K^T) * kf[None, :] [BM, BN] fp32 (the caller's multiply, so that a kernel may
     free the product's registers before its next product): the query factors, the mask
     (MASK, a constexpr or a runtime flag: rows see keys o_n [BN] in [b_first, b_last] [BM]),
     the integer running max, exp2, the row sum, the P^ codes with the V fold. Shared by the
     Triton and the Gluon forwards, so their codes agree bit for bit.
-    Returns (P^ [BM, BN] fp8, alpha [BM], l [BM], m [BM])."""
+    Returns (P^ [BM, BN] in the operand format CODES, alpha [BM], l [BM], m [BM])."""
     # x = (S qf) kf of NUMERICS.md 3, in another order with the same bits: qf and kf are
     # powers of two, so y = S kf and y qf are exact, max(x) = qf max(y), and exp2's argument
     # y qf - m is one fused multiply-add (one multiply per score fewer).
@@ -115,5 +116,5 @@ def scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU: 
     b_l = b_l * b_alpha + TO_ROWS(tl.sum(_row_tree(b_p, False, 8), 1), ROWS)  # before the V fold
     # (p vf) rf as the contract writes it: p (vf rf), the backward's order, gives the same codes
     # with one multiply per score fewer, but is no faster here (NUMERICS.md 4).
-    b_pq = to_e4m3((b_p * b_vf[None, :]) * b_rf[:, None], INTERPRET)  # [BM, BN] fp8
+    b_pq = to_codes((b_p * b_vf[None, :]) * b_rf[:, None], CODES, INTERPRET)  # [BM, BN]
     return b_pq, b_alpha, b_l, b_m_new

@@ -28,6 +28,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .launch import launch
+
 T_ALIGN = 32  # tokens (= bytes of E4M3 codes): one 32-byte sector per row of a 32-token unit
 DOC_ALIGN = 128  # tokens: where documents start, a multiple of every kernel's step over tokens
 _DOC_ALIGN = tl.constexpr(DOC_ALIGN)
@@ -49,7 +51,7 @@ def aligned_starts(cu_seqlens: torch.Tensor) -> torch.Tensor:
     cu_seqlens int32 [num_docs + 1] (packed row starts), on its device. One launch instead of
     ``aligned_starts_reference``'s seven torch ops, for the host time of an eager call."""
     starts = torch.empty_like(cu_seqlens)
-    _aligned_starts_kernel[(1,)](cu_seqlens, starts, cu_seqlens.numel() - 1, DOC_ALIGN=DOC_ALIGN, CHUNK=_CHUNK)
+    launch(_aligned_starts_kernel, (1,), cu_seqlens, starts, cu_seqlens.numel() - 1, DOC_ALIGN=DOC_ALIGN, CHUNK=_CHUNK)
     return starts
 
 
@@ -64,8 +66,13 @@ def aligned_starts_reference(cu_seqlens: torch.Tensor) -> torch.Tensor:
 
 @triton.jit
 def _aligned_starts_kernel(p_cu, p_starts, num_docs, DOC_ALIGN: tl.constexpr, CHUNK: tl.constexpr):
-    """One program: a running sum of the documents' lengths rounded up to DOC_ALIGN, CHUNK
-    documents per step."""
+    write_aligned_starts(p_cu, p_starts, num_docs, DOC_ALIGN, CHUNK)
+
+
+@triton.jit
+def write_aligned_starts(p_cu, p_starts, num_docs, DOC_ALIGN: tl.constexpr, CHUNK: tl.constexpr):
+    """``aligned_starts`` in one program: a running sum of the documents' lengths rounded up
+    to DOC_ALIGN, CHUNK documents per step."""
     tl.store(p_starts, 0)
     carry = 0
     for d0 in range(0, num_docs, CHUNK):
@@ -79,23 +86,29 @@ def _aligned_starts_kernel(p_cu, p_starts, num_docs, DOC_ALIGN: tl.constexpr, CH
 
 
 @triton.jit
-def mma_token_order(x):
+def mma_token_order(x, CODES: tl.constexpr):
     """x [R, C] with tokens along its columns in order (C a multiple of 16) -> the same
-    values with each 16-column group in the transposed codes' order: column 4 t + 2 j + e of a
-    group holds token 8 j + 2 t + e. An FP8 wgmma accumulator gives lane t % 4 of each quad
-    its columns 8 j + 2 (t % 4) + e; the register A operand (k = 32) wants in lane t % 4 the
-    columns 4 (t % 4) + q of each 16: in this order they are the same registers, so the kernels
-    convert ``mma_token_order(P)`` to the A operand without data movement (``assert_trivial``
-    in Gluon)."""
-    R: tl.constexpr = x.shape[0]
-    C: tl.constexpr = x.shape[1]
-    x = tl.reshape(x, [R, C // 16, 2, 4, 2])  # [R, group, j, t, e]
-    return tl.reshape(tl.permute(x, [0, 1, 3, 2, 4]), [R, C])
+    values with each 16-column group in the transposed codes' order for operand format CODES.
+    E4M3: column 4 t + 2 j + e of a group holds token 8 j + 2 t + e. An FP8 wgmma accumulator
+    gives lane t % 4 of each quad its columns 8 j + 2 (t % 4) + e; the register A operand
+    (k = 32) wants in lane t % 4 the columns 4 (t % 4) + q of each 16: in this order they are
+    the same registers, so the kernels convert ``mma_token_order(P)`` to the A operand without
+    data movement (``assert_trivial`` in Gluon). BF16: the A operand (k = 16) wants the
+    accumulator's own columns, so the order is the identity."""
+    if CODES != tl.bfloat16:
+        R: tl.constexpr = x.shape[0]
+        C: tl.constexpr = x.shape[1]
+        x = tl.reshape(x, [R, C // 16, 2, 4, 2])  # [R, group, j, t, e]
+        x = tl.reshape(tl.permute(x, [0, 1, 3, 2, 4]), [R, C])
+    return x
 
 
-def token_columns(i: torch.Tensor) -> torch.Tensor:
+def token_columns(i: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn) -> torch.Tensor:
     """The column offset, from its document's first column, of each document-local token
-    index i (any integer tensor): ``mma_token_order``'s permutation in torch."""
+    index i (any integer tensor) in codes of ``dtype``: ``mma_token_order``'s permutation in
+    torch (the identity for bf16)."""
+    if dtype == torch.bfloat16:
+        return i
     group, j, t, e = i & ~15, (i >> 3) & 1, (i >> 1) & 3, i & 1
     return group + 4 * t + 2 * j + e
 
@@ -156,13 +169,15 @@ def zero_padding(p_t, cu_seqlens_t, doc, length, num_docs, h, o_d, o_j, T_t, D: 
         tl.store(p_t + column_offsets(o_d, o_c, h, T_t, D), 0.0, mask=(o_c < end)[None, :])
 
 
-def transposed_reference(codes: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
+def transposed_reference(codes: torch.Tensor, cu_seqlens: torch.Tensor,
+                         dtype: torch.dtype = torch.float8_e4m3fn) -> torch.Tensor:
     """The layout in torch, for tests: codes [T, H, D] (any dtype) -> [H, D, T_t] of that
-    dtype, token i of document b at column cu_t[b] + token_columns(i) and zeros elsewhere."""
+    dtype, token i of document b at column cu_t[b] + token_columns(i, dtype) and zeros
+    elsewhere; ``dtype``: the codes' format (bf16: tokens in order)."""
     total, heads, d = codes.shape
     rows = torch.arange(total, dtype=cu_seqlens.dtype, device=codes.device)
     doc = torch.searchsorted(cu_seqlens[1:], rows, right=True)  # [T] each row's document
-    cols = aligned_starts_reference(cu_seqlens)[doc] + token_columns(rows - cu_seqlens[doc])
+    cols = aligned_starts_reference(cu_seqlens)[doc] + token_columns(rows - cu_seqlens[doc], dtype)
     out = codes.new_zeros((heads, d, transposed_extent(total, cu_seqlens.numel() - 1)))
     out[:, :, cols.long()] = codes.permute(1, 2, 0)
     return out

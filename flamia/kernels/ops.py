@@ -1,4 +1,4 @@
-"""The MXFP8 training call on the GPU as two functions, forward and backward, for the custom
+"""The MXFP8 and BF16 training calls on the GPU as two functions, forward and backward, for the custom
 ops of ``flamia/ops.py``: quantize -> forward, then quantize dO -> backward.
 
 Glue only: every launch lives in quantize.py, attn_fwd.py and attn_bwd.py. Nothing here reads
@@ -11,19 +11,19 @@ import torch
 from ..spec import AttnSpec
 from .attn_bwd import attention_backward
 from .attn_fwd import attention_forward
-from .configs import tiles_for
-from .layout import aligned_starts, transposed_extent
+from .configs import recipe_format, tiles_for
+from .layout import transposed_extent
+from .plan import build_plan, plan_layout
 from .prefix import prefix_v_exponent
 from .quantize import quantize_grad_output, quantize_operand
-from .records import key_records
 
 
 class Residuals(NamedTuple):
-    """What the backward reads of the forward: the E4M3 codes (row-major [T, H, D] and
-    transposed [H, D, T_t], float8_e4m3fn) and int8 exponents [T, H] of Q and K, V's codes
+    """What the backward reads of the forward: the codes (row-major [T, H, D] and transposed
+    [H, D, T_t], float8_e4m3fn, or bfloat16 for the BF16 recipe) and int8 exponents [T, H] of Q and K, V's codes
     and exponents, the transposed codes' document starts cu_qt, cu_kt (int32 [num_docs + 1]),
-    the key records [Hkv, Tk] int32, the row statistics m, ro [Hq, Tq] fp32 and PV [Tq, Hkv]
-    int32."""
+    the key records [Hkv, Tk] int32, the row statistics m, ro [Hq, Tq] fp32, PV [Tq, Hkv]
+    int32 and the call's work lists (``plan.build_plan``'s buffer, int32)."""
 
     q_codes: torch.Tensor
     q_codes_t: torch.Tensor
@@ -39,23 +39,25 @@ class Residuals(NamedTuple):
     m: torch.Tensor
     ro: torch.Tensor
     pv: torch.Tensor
+    work: torch.Tensor
 
 
 def empty_residuals(q: torch.Tensor, k: torch.Tensor, spec: AttnSpec) -> Residuals:
     """Residuals of the right shapes and dtypes, uninitialised: the custom op's fake."""
     (tq, hq, d), (tk, hkv) = q.shape, k.shape[:2]
     num_docs = spec.cu_seqlens_q.shape[0] - 1
+    plan = plan_layout(tq, tk, num_docs, tiles_for(d, recipe_format(spec.recipe.name)))
     tq_t, tk_t = transposed_extent(tq, num_docs), transposed_extent(tk, num_docs)
-    fp8, i8, i32, f32 = torch.float8_e4m3fn, torch.int8, torch.int32, torch.float32
+    codes, i8, i32, f32 = recipe_format(spec.recipe.name).torch_dtype, torch.int8, torch.int32, torch.float32
 
     def new(shape, dtype):
         return q.new_empty(shape, dtype=dtype)
 
-    return Residuals(new((tq, hq, d), fp8), new((hq, d, tq_t), fp8), new((tq, hq), i8),
-                     new((tk, hkv, d), fp8), new((hkv, d, tk_t), fp8), new((tk, hkv), i8),
-                     new((tk, hkv, d), fp8), new((tk, hkv), i8),
+    return Residuals(new((tq, hq, d), codes), new((hq, d, tq_t), codes), new((tq, hq), i8),
+                     new((tk, hkv, d), codes), new((hkv, d, tk_t), codes), new((tk, hkv), i8),
+                     new((tk, hkv, d), codes), new((tk, hkv), i8),
                      new((num_docs + 1,), i32), new((num_docs + 1,), i32), new((hkv, tk), i32),
-                     new((hq, tq), f32), new((hq, tq), f32), new((tq, hkv), i32))
+                     new((hq, tq), f32), new((hq, tq), f32), new((tq, hkv), i32), new((plan.words,), i32))
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -65,27 +67,28 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     # (stride(-1) == 1, as the API requires) are copied once here.
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     recipe, d = spec.recipe, q.shape[-1]
-    tiles, rotate, block = tiles_for(d), recipe.use_hadamard(d), recipe.scale_block
+    fmt = recipe_format(recipe.name)
+    tiles, rotate, block = tiles_for(d, fmt), recipe.use_hadamard(d), recipe.scale_block
     # Q^T and K^T are written now, in the launch that reads Q and K anyway: the backward's
     # dK = G^T Q^ and dQ = G K^ need them as K-major FP8 operands. The transposed codes'
-    # document starts and the quantizers' tile list are built once per side (Q's serve K and
-    # V when both sides share cu_seqlens).
-    shared = spec.cu_seqlens_k is spec.cu_seqlens_q
-    cu_qt = aligned_starts(spec.cu_seqlens_q)
-    cu_kt = cu_qt if shared else aligned_starts(spec.cu_seqlens_k)
-    qq = quantize_operand(q, spec.cu_seqlens_q, block, rotate, True, cu_qt)
-    kq = quantize_operand(k, spec.cu_seqlens_k, block, rotate, True, cu_kt, work=qq.work if shared else None)
-    vq = quantize_operand(v, spec.cu_seqlens_k, block, False, True, cu_kt, work=kq.work)
-    key_rec = key_records(kq.exps, vq.exps)  # read by the forward and the backward's dQ
+    # document starts and every launch's work list come from one launch (Q's quantizer list
+    # serves K and V when both sides share cu_seqlens); V's launch writes the key records.
+    plan = build_plan(spec.cu_seqlens_q, spec.cu_seqlens_k, q.shape[0], k.shape[0], tiles)
+    k_work = plan.work("k_operand")
+    qq = quantize_operand(q, spec.cu_seqlens_q, block, rotate, True, plan.cu_qt, work=plan.work("q_operand"), fmt=fmt)
+    kq = quantize_operand(k, spec.cu_seqlens_k, block, rotate, True, plan.cu_kt, work=k_work, fmt=fmt)
+    vq = quantize_operand(v, spec.cu_seqlens_k, block, False, True, plan.cu_kt, work=k_work, key_exps=kq.exps,
+                          fmt=fmt)
+    key_rec = vq.key_rec  # read by the forward and the backward's dQ
     pv = prefix_v_exponent(vq.exps, spec.cu_seqlens_q, spec.cu_seqlens_k, q.shape[0], spec.causal,
                            spec.window_size, block)
     out, lse, m, ro = attention_forward(
         qq.codes, qq.exps, kq.codes, kq.exps, vq.codes_t, vq.exps, pv, spec.cu_seqlens_q, spec.cu_seqlens_k,
         vq.cu_seqlens_t, causal=spec.causal, window_size=spec.window_size,
         softmax_scale=spec.softmax_scale, tau=recipe.tau, sigma=recipe.sigma, scale_block=block, tiles=tiles,
-        key_rec=key_rec)
+        key_rec=key_rec, work=plan.work("fwd"))
     res = Residuals(qq.codes, qq.codes_t, qq.exps, kq.codes, kq.codes_t, kq.exps, vq.codes, vq.exps,
-                    cu_qt, cu_kt, key_rec, m, ro, pv)
+                    plan.cu_qt, plan.cu_kt, key_rec, m, ro, pv, plan.buffer)
     return out.to(q.dtype), lse, res
 
 
@@ -93,13 +96,20 @@ def backward(dout: torch.Tensor, out: torch.Tensor, res: Residuals,
              spec: AttnSpec) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq [Tq, Hq, D], dk, dv [Tk, Hkv, D] in dout's dtype from dO and the forward's out
     (any float dtype: its values are the kernel's bf16 output) and residuals."""
-    tiles = tiles_for(out.shape[-1])
+    fmt = recipe_format(spec.recipe.name)
+    tiles = tiles_for(out.shape[-1], fmt)
+    num_docs = spec.cu_seqlens_q.shape[0] - 1
+    plan = plan_layout(out.shape[0], res.k_codes.shape[0], num_docs, tiles)
+    # The dO launch also writes the query records that both backward kernels read.
     go = quantize_grad_output(dout.contiguous(), out.contiguous(), res.ro, spec.cu_seqlens_q,
-                              spec.recipe.scale_block, tiles.bwd_block_m, res.cu_qt)
+                              spec.recipe.scale_block, tiles.bwd_block_m, res.cu_qt,
+                              work=plan.view(res.work, "grad_out"), q_exps=res.q_exps, pv=res.pv, m=res.m,
+                              sigma=spec.recipe.sigma, fmt=fmt)
     return attention_backward(
         res.q_codes, res.q_codes_t, res.q_exps, res.k_codes, res.k_codes_t, res.k_exps, res.v_codes, res.v_exps,
         go.do_codes, go.do_exps, go.dot_codes_t, go.dot_exps, go.delta, res.m, res.ro, res.pv,
         spec.cu_seqlens_q, spec.cu_seqlens_k, res.cu_qt, res.cu_kt,
         causal=spec.causal, window_size=spec.window_size, softmax_scale=spec.softmax_scale,
         sigma=spec.recipe.sigma, scale_block=spec.recipe.scale_block, tiles=tiles,
-        rotate=spec.recipe.use_hadamard(out.shape[-1]), out_dtype=dout.dtype, key_rec=res.key_rec)
+        rotate=spec.recipe.use_hadamard(out.shape[-1]), out_dtype=dout.dtype, key_rec=res.key_rec,
+        records=go.records, dkdv_work=plan.view(res.work, "dkdv"), dq_work=plan.view(res.work, "dq"))

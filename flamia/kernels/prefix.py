@@ -14,6 +14,7 @@ import triton
 import triton.language as tl
 
 from ..masks import effective_window
+from .launch import cdiv, launch
 
 _ROWS = 64  # query rows per program
 _BLOCKS = 64  # block starts per step of the sweep
@@ -81,7 +82,7 @@ def prefix_v_exponent(ev: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k
     if ev.shape[0] == 0:  # no keys at all: no row sees one
         return pv.zero_()
     _, wr = effective_window(causal, window_size)
-    grid = (triton.cdiv(total_q, _ROWS), heads_kv)
-    _prefix_v_kernel[grid](ev, pv, cu_seqlens_q, cu_seqlens_k, total_q, num_docs, heads_kv, wr, BLOCK=block,
+    grid = (cdiv(total_q, _ROWS), heads_kv)
+    launch(_prefix_v_kernel, grid, ev, pv, cu_seqlens_q, cu_seqlens_k, total_q, num_docs, heads_kv, wr, BLOCK=block,
                            ROWS=_ROWS, BLOCKS=_BLOCKS, STEPS=max(num_docs, 1).bit_length(), NONE=_NONE)
     return pv

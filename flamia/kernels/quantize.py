@@ -1,4 +1,6 @@
-"""The fused token-block E4M3 quantizer of the MXFP8 route (NUMERICS.md 2 and 4).
+"""The fused token-block E4M3 quantizer of the MXFP8 route (NUMERICS.md 2 and 4), and with
+``fmt=BF16`` the BF16 recipe's operand copies: the same launches write bf16 values and zero
+exponents (``CODES``, the operand format of ``configs.OperandFormat``).
 
 One launch reads an operand once and writes every orientation the attention kernels need:
 row-major codes [T, H, D] (K-major for products over the head dim), transposed codes
@@ -23,39 +25,45 @@ import triton.language as tl
 
 from ..formats.hadamard import HADAMARD_DIMS
 from ..validation import INPUT_DTYPES
-from .configs import QUANTIZER
-from .fp8 import block_exponents, inf_to_nan, interpreting, pow2, to_e4m3
+from .configs import E4M3, QUANTIZER, OperandFormat
+from .fp8 import block_exponents, inf_to_nan, interpreting, pow2, to_codes, to_fp32
 from .hadamard import rotate
 from .layout import (T_ALIGN, aligned_starts, check_operand, column_offsets, mma_token_order,
                      transposed_extent, unit_columns, zero_padding)
 from .rotated_quantizer import rotated_operand_kernel
 from .worklist import list_extent, program_tile, tile_list
+from .launch import launch
+from .records import check_sigma
 
 @dataclass(frozen=True)
 class KernelOperand:
-    """A token-block E4M3 operand as the attention kernels read it.
-    codes: [T, H, D] float8_e4m3fn; codes_t: [H, D, T_t] float8_e4m3fn, the same codes with
+    """A token-block E4M3 operand (or a BF16 one, exponents 0) as the attention kernels read it.
+    codes: [T, H, D] float8_e4m3fn (bfloat16); codes_t: [H, D, T_t], the same codes with
     tokens contiguous in the layout of ``layout.py`` (zero outside documents), or None;
     exps: [T, H] int8, value = codes * 2^exps; cu_seqlens_t: int32 [num_docs + 1], the
     documents' first columns in codes_t (``aligned_starts``), or None; work: the launch's
     ``tile_list`` (int32 [2, W]; None without tokens), which another operand launch over the
-    same cu_seqlens can reuse."""
+    same cu_seqlens can reuse; key_rec: ``records.key_records(key_exps, exps)`` [H, T] int32
+    when the launch was given K's exponents (V's launch), else None."""
 
     codes: torch.Tensor
     codes_t: torch.Tensor | None
     exps: torch.Tensor
     cu_seqlens_t: torch.Tensor | None
     work: torch.Tensor | None
+    key_rec: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
 class KernelGradOutput:
     """What the dO launch writes (NUMERICS.md 4).
-    do_codes: [T, H, D] float8_e4m3fn and do_exps: [T, H] int8, dO^ in token blocks;
+    do_codes: [T, H, D] float8_e4m3fn (bfloat16 in the BF16 format) and do_exps: [T, H] int8, dO^ in token blocks;
     dot_codes_t: [H, D, T_t] float8_e4m3fn, e4m3((dO * ro) * 2^-edOt) in the layout of
     ``layout.py`` (zero outside documents), its document starts cu_seqlens_t int32
     [num_docs + 1]; dot_exps: [T, H] int8, edOt, one per (query step, head) repeated per
-    token; delta: [H, T] fp32, D(i) = sum_d (dO^ * 2^edO)(i, d) * O(i, d)."""
+    token; delta: [H, T] fp32, D(i) = sum_d (dO^ * 2^edO)(i, d) * O(i, d); records:
+    ``records.query_records`` [H, T, 4] int32 when the launch was given Q's exponents, PV
+    and m, else None."""
 
     do_codes: torch.Tensor
     do_exps: torch.Tensor
@@ -63,6 +71,7 @@ class KernelGradOutput:
     dot_exps: torch.Tensor
     delta: torch.Tensor
     cu_seqlens_t: torch.Tensor
+    records: torch.Tensor | None = None
 
 
 @triton.jit
@@ -90,13 +99,33 @@ def _row_offsets(o_t, h, H, D: tl.constexpr):
 
 
 @triton.jit
-def _store_transposed(p_t, b_t, cols, h, T_t, D: tl.constexpr, INTERPRET: tl.constexpr):
-    """Store the E4M3 codes of b_t [D, UNIT] fp32 (already scaled, tokens in order) at columns
-    cols = ``_unit_cols`` (o_c [UNIT], valid [UNIT]) of head h of a [H, D, T_t] tensor, each
-    16 tokens in the layout's MMA order (``mma_token_order``)."""
+def _store_transposed(p_t, b_t, cols, h, T_t, D: tl.constexpr, CODES: tl.constexpr, INTERPRET: tl.constexpr):
+    """Store the codes (format CODES) of b_t [D, UNIT] fp32 (already scaled, tokens in order)
+    at columns cols = ``_unit_cols`` (o_c [UNIT], valid [UNIT]) of head h of a [H, D, T_t]
+    tensor, each 16 tokens in the layout's MMA order (``mma_token_order``)."""
     o_c, m_c = cols
     tl.store(p_t + column_offsets(tl.arange(0, D).to(tl.int64), o_c, h, T_t, D),
-             to_e4m3(mma_token_order(b_t), INTERPRET), mask=m_c[None, :])
+             to_codes(mma_token_order(b_t, CODES), CODES, INTERPRET), mask=m_c[None, :])
+
+
+@triton.jit
+def _exponents(b_x, BLOCK: tl.constexpr, CODES: tl.constexpr):
+    """[U] int32 scale exponents of b_x [U, D] fp32, one per BLOCK rows (``block_exponents``);
+    BF16 values take none: 0."""
+    if CODES == tl.bfloat16:
+        b_e = tl.zeros([b_x.shape[0]], tl.int32)
+    else:
+        b_e = block_exponents(b_x, BLOCK)
+    return b_e
+
+
+@triton.jit
+def _code_range(b_x, b_f, CODES: tl.constexpr):
+    """b_x scaled by b_f (``pow2(-e)``, broadcast to b_x) into the codes' range, +-inf made
+    NaN (``inf_to_nan``); BF16: b_x itself, whose bf16 cast keeps an Inf, as torch's does."""
+    if CODES != tl.bfloat16:
+        b_x = inf_to_nan(b_x * b_f)
+    return b_x
 
 
 @triton.jit
@@ -111,9 +140,10 @@ def _zero_padding(p_t, cu_seqlens, cu_seqlens_t, doc, unit, num_docs, h, T_t, D:
 
 @triton.jit
 def _quantize_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_work, width, num_docs,
-                             T_t, H, inv_sqrt_d, D: tl.constexpr, UNIT: tl.constexpr, BLOCK: tl.constexpr,
-                             HADAMARD_STAGES: tl.constexpr, TRANSPOSED: tl.constexpr,
-                             T_ALIGN: tl.constexpr, INTERPRET: tl.constexpr):
+                             T_t, H, inv_sqrt_d, p_key_exps, p_key_rec, T, D: tl.constexpr, UNIT: tl.constexpr,
+                             BLOCK: tl.constexpr, HADAMARD_STAGES: tl.constexpr, TRANSPOSED: tl.constexpr,
+                             KEY_REC: tl.constexpr, T_ALIGN: tl.constexpr, CODES: tl.constexpr,
+                             INTERPRET: tl.constexpr):
     doc, unit = program_tile(p_work, width)
     if doc < 0:
         return
@@ -125,12 +155,17 @@ def _quantize_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seq
         return
     o_x = _row_offsets(o_t, h, H, D)  # [UNIT, D]
     # Rows past the document's end load as zeros: they add nothing to a block maximum.
-    b_x = tl.load(p_x + o_x, mask=m_t[:, None], other=0.0).to(tl.float32)  # [UNIT, D]
+    b_x = to_fp32(tl.load(p_x + o_x, mask=m_t[:, None], other=0.0), INTERPRET)  # [UNIT, D]
     b_x = rotate(b_x, inv_sqrt_d, HADAMARD_STAGES)
-    b_e = block_exponents(b_x, BLOCK)  # [UNIT]
-    b_scaled = inf_to_nan(b_x * pow2(-b_e)[:, None])
-    tl.store(p_codes + o_x, to_e4m3(b_scaled, INTERPRET), mask=m_t[:, None])
+    b_e = _exponents(b_x, BLOCK, CODES)  # [UNIT]
+    b_scaled = _code_range(b_x, pow2(-b_e)[:, None], CODES)
+    tl.store(p_codes + o_x, to_codes(b_scaled, CODES, INTERPRET), mask=m_t[:, None])
     tl.store(p_exps + o_t * H + h, b_e.to(tl.int8), mask=m_t)
+    if KEY_REC:
+        # records.key_records of K's stored exponents and these (as stored, int8)
+        e_k = tl.load(p_key_exps + o_t * H + h, mask=m_t, other=0).to(tl.int32)
+        e_v = b_e.to(tl.int8).to(tl.int32)
+        tl.store(p_key_rec + h * T + o_t, ((e_k + 127) << 23) | ((e_v + 127) << 15), mask=m_t)
     if TRANSPOSED:
         if HADAMARD_STAGES > 0:
             b_t = tl.trans(b_scaled)  # [D, UNIT]
@@ -138,17 +173,19 @@ def _quantize_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seq
             # Re-read x in the transposed layout (an L2 hit) instead of transposing registers:
             # Triton 3.6 miscompiles the register transpose of an unrotated tile (wrong codes),
             # while the rotated tile's (after the butterflies) stores right ones.
-            b_t = inf_to_nan(tl.load(p_x + tl.trans(o_x), mask=m_t[None, :], other=0.0).to(tl.float32)
-                             * pow2(-b_e)[None, :])
+            b_t = _code_range(to_fp32(tl.load(p_x + tl.trans(o_x), mask=m_t[None, :], other=0.0), INTERPRET),
+                              pow2(-b_e)[None, :], CODES)
         _store_transposed(p_codes_t, b_t, _unit_cols(cu_seqlens, cu_seqlens_t, doc, unit, UNIT, T_ALIGN), h, T_t, D,
-                          INTERPRET)
+                          CODES, INTERPRET)
 
 
 @triton.jit
 def _quantize_grad_output_kernel(p_do, p_o, p_ro, p_do_codes, p_do_exps, p_dot_t, p_dot_exps, p_delta,
-                                 cu_seqlens, cu_seqlens_t, p_work, width, num_docs, T, T_t, H, D: tl.constexpr,
-                                 STEP: tl.constexpr,
-                                 BLOCK: tl.constexpr, T_ALIGN: tl.constexpr, INTERPRET: tl.constexpr):
+                                 cu_seqlens, cu_seqlens_t, p_work, width, num_docs, T, T_t, H,
+                                 p_qe, p_pv, p_m, p_rec, heads_kv, D: tl.constexpr, STEP: tl.constexpr,
+                                 BLOCK: tl.constexpr, RECORDS: tl.constexpr, GROUP: tl.constexpr,
+                                 SIGMA: tl.constexpr, T_ALIGN: tl.constexpr, CODES: tl.constexpr,
+                                 INTERPRET: tl.constexpr):
     doc, unit = program_tile(p_work, width)
     if doc < 0:
         return
@@ -158,23 +195,33 @@ def _quantize_grad_output_kernel(p_do, p_o, p_ro, p_do_codes, p_do_exps, p_dot_t
     if start >= end:
         return
     o_x = _row_offsets(o_t, h, H, D)  # [STEP, D]
-    b_do = tl.load(p_do + o_x, mask=m_t[:, None], other=0.0).to(tl.float32)  # [STEP, D]
-    b_e = block_exponents(b_do, BLOCK)  # [STEP]
-    b_codes = to_e4m3(inf_to_nan(b_do * pow2(-b_e)[:, None]), INTERPRET)
+    b_do = to_fp32(tl.load(p_do + o_x, mask=m_t[:, None], other=0.0), INTERPRET)  # [STEP, D]
+    b_e = _exponents(b_do, BLOCK, CODES)  # [STEP]
+    b_codes = to_codes(_code_range(b_do, pow2(-b_e)[:, None], CODES), CODES, INTERPRET)
     tl.store(p_do_codes + o_x, b_codes, mask=m_t[:, None])
     tl.store(p_do_exps + o_t * H + h, b_e.to(tl.int8), mask=m_t)
     # D from the same quantized dO that dP uses: (codes * 2^edO) * O, summed over the head dim.
-    b_o = tl.load(p_o + o_x, mask=m_t[:, None], other=0.0).to(tl.float32)  # [STEP, D]
-    b_delta = tl.sum((b_codes.to(tl.float32) * pow2(b_e)[:, None]) * b_o, axis=1)  # [STEP]
+    b_o = to_fp32(tl.load(p_o + o_x, mask=m_t[:, None], other=0.0), INTERPRET)  # [STEP, D]
+    b_delta = tl.sum((to_fp32(b_codes, INTERPRET) * pow2(b_e)[:, None]) * b_o, axis=1)  # [STEP]
     tl.store(p_delta + h * T + o_t, b_delta, mask=m_t)
     # dOt^: the per-query factor ro folded in, one exponent over the whole query step.
     b_ro = tl.load(p_ro + h * T + o_t, mask=m_t, other=0.0)  # [STEP]
     b_dot = b_do * b_ro[:, None]
-    b_et = block_exponents(b_dot, STEP)
-    b_dot = inf_to_nan(b_dot * pow2(-b_et)[:, None])
+    b_et = _exponents(b_dot, STEP, CODES)
+    b_dot = _code_range(b_dot, pow2(-b_et)[:, None], CODES)
     tl.store(p_dot_exps + o_t * H + h, b_et.to(tl.int8), mask=m_t)
     _store_transposed(p_dot_t, tl.trans(b_dot), _unit_cols(cu_seqlens, cu_seqlens_t, doc, unit, STEP, T_ALIGN), h,
-                      T_t, D, INTERPRET)
+                      T_t, D, CODES, INTERPRET)
+    if RECORDS:
+        # records.query_records of these rows, from the values stored above (exponents as int8)
+        e_q = tl.load(p_qe + o_t * H + h, mask=m_t, other=0).to(tl.int32)
+        dof = pow2(b_e.to(tl.int8).to(tl.int32))  # exact products and a correctly rounded quotient, as there
+        o_r = (h * T + o_t) * 4
+        pv = tl.load(p_pv + o_t * heads_kv + h // GROUP, mask=m_t, other=0)
+        tl.store(p_rec + o_r, tl.load(p_m + h * T + o_t, mask=m_t).to(tl.int32, bitcast=True), mask=m_t)
+        tl.store(p_rec + o_r + 1, ((b_ro * dof) * pow2(e_q)).to(tl.int32, bitcast=True), mask=m_t)
+        tl.store(p_rec + o_r + 2, tl.math.div_rn(b_delta, dof).to(tl.int32, bitcast=True), mask=m_t)
+        tl.store(p_rec + o_r + 3, ((e_q + 127) << 23) | ((SIGMA - pv + 127) << 15), mask=m_t)
 
 
 def _check_rows(x: torch.Tensor, name: str) -> None:
@@ -203,61 +250,79 @@ def _units(cu_seqlens: torch.Tensor, total: int, unit: int, heads: int,
     return (work.shape[1], heads), dict(p_work=work, width=work.shape[1], num_docs=num_docs)
 
 
-def _transposed_codes(heads: int, d: int, total: int, cu_seqlens: torch.Tensor) -> torch.Tensor:
-    """[H, D, T_t] float8_e4m3fn for a launch that writes every column (documents, their gaps
-    and the tail); without tokens there is no launch, so the columns are zeroed here."""
+def _transposed_codes(heads: int, d: int, total: int, cu_seqlens: torch.Tensor, fmt: OperandFormat) -> torch.Tensor:
+    """[H, D, T_t] codes for a launch that writes every column (documents, their gaps and the
+    tail); without tokens there is no launch, so the columns are zeroed here."""
     shape = (heads, d, transposed_extent(total, cu_seqlens.numel() - 1))
     alloc = torch.empty if total else torch.zeros
-    return alloc(shape, dtype=torch.float8_e4m3fn, device=cu_seqlens.device)
+    return alloc(shape, dtype=fmt.torch_dtype, device=cu_seqlens.device)
 
 
 def quantize_operand(x: torch.Tensor, cu_seqlens: torch.Tensor, block: int = 32,
                      hadamard: bool = False, transposed: bool = True,
-                     cu_seqlens_t: torch.Tensor | None = None, work: torch.Tensor | None = None) -> KernelOperand:
-    """Q, K or V -> token-block E4M3 in one launch. x: [T, H, D] bf16/fp16/fp32, contiguous;
+                     cu_seqlens_t: torch.Tensor | None = None, work: torch.Tensor | None = None,
+                     key_exps: torch.Tensor | None = None, fmt: OperandFormat = E4M3) -> KernelOperand:
+    """Q, K or V -> token-block E4M3 (``fmt=BF16``: bf16 values, exponents 0) in one launch.
+    x: [T, H, D] bf16/fp16/fp32, contiguous;
     cu_seqlens: int32 [num_docs + 1] on x's device; block: tokens per scale block (32, or 1
     for per-token scales); hadamard: rotate the head dim first (NUMERICS.md 2);
     transposed: also write codes_t; cu_seqlens_t: ``aligned_starts(cu_seqlens)`` if the
     caller has it (K's serves V), else computed here; work: the ``KernelOperand.work`` of an
     earlier launch over the same cu_seqlens (Q's serves K and V in self-attention), else
-    built here."""
+    built here; key_exps: K's exponents [T, H] int8 when x is V: the launch also writes the
+    key records (``KernelOperand.key_rec``), saving their own launch; fmt: the codes' format
+    (the BF16 format has no rotated launch)."""
     _check_rows(x, "x")
     unit = QUANTIZER.operand_unit
     _check_divisor(block, unit, "block")
     total, heads, d = x.shape
     if hadamard and d not in HADAMARD_DIMS:
         raise ValueError(f"hadamard: head dim must be one of {HADAMARD_DIMS}, got {d}")
-    fp8, dev = torch.float8_e4m3fn, x.device
-    codes = torch.empty((total, heads, d), dtype=fp8, device=dev)
+    if hadamard and fmt != E4M3:
+        raise ValueError(f"hadamard: the rotated quantizer writes E4M3 codes, got the {fmt.name} format")
+    dev = x.device
+    codes = torch.empty((total, heads, d), dtype=fmt.torch_dtype, device=dev)
     codes_t, cu_t = None, None
     if transposed:
         cu_t = aligned_starts(cu_seqlens) if cu_seqlens_t is None else cu_seqlens_t
-        codes_t = _transposed_codes(heads, d, total, cu_seqlens)
+        codes_t = _transposed_codes(heads, d, total, cu_seqlens, fmt)
     exps = torch.empty((total, heads), dtype=torch.int8, device=dev)
+    key_rec = None
+    if key_exps is not None:
+        check_operand("key_exps", key_exps, torch.int8, (total, heads))
+        key_rec = torch.empty((heads, total), dtype=torch.int32, device=dev)
     if total:
         grid, args = _units(cu_seqlens, total, unit, heads, work)
         common = dict(T_t=0 if codes_t is None else codes_t.shape[2], H=heads, inv_sqrt_d=1.0 / math.sqrt(d), D=d,
                      UNIT=unit, BLOCK=block, HADAMARD_STAGES=d.bit_length() - 1 if hadamard else 0, T_ALIGN=T_ALIGN)
-        if hadamard and transposed and not interpreting():
+        if hadamard and transposed and key_exps is None and not interpreting():
             # a token row per thread, so the butterflies stay in registers (rotated_quantizer.py)
-            rotated_operand_kernel[grid](x, codes, codes_t, exps, cu_seqlens, cu_t, **common, **args,
-                                          PARTS=QUANTIZER.transposed_parts, num_warps=QUANTIZER.rotated_warps)
+            launch(rotated_operand_kernel, grid, x, codes, codes_t, exps, cu_seqlens, cu_t, **common, **args,
+                   PARTS=QUANTIZER.transposed_parts, num_warps=QUANTIZER.rotated_warps)
         else:
-            _quantize_operand_kernel[grid](x, codes, codes_t, exps, cu_seqlens, cu_t, **common, **args,
-                                           TRANSPOSED=transposed, INTERPRET=interpreting(),
-                                           num_warps=QUANTIZER.rotated_warps if hadamard else QUANTIZER.plain_warps)
+            launch(_quantize_operand_kernel, grid, x, codes, codes_t, exps, cu_seqlens, cu_t, **common, **args,
+                   p_key_exps=key_exps, p_key_rec=key_rec, T=total, TRANSPOSED=transposed,
+                   KEY_REC=key_exps is not None, CODES=fmt.codes, INTERPRET=interpreting(),
+                   num_warps=QUANTIZER.rotated_warps if hadamard else QUANTIZER.plain_warps)
         work = args["p_work"]
-    return KernelOperand(codes, codes_t, exps, cu_t, work)
+    return KernelOperand(codes, codes_t, exps, cu_t, work, key_rec)
 
 
 def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu_seqlens: torch.Tensor,
-                         block: int = 32, step: int = 64,
-                         cu_seqlens_t: torch.Tensor | None = None) -> KernelGradOutput:
+                         block: int = 32, step: int = 64, cu_seqlens_t: torch.Tensor | None = None,
+                         work: torch.Tensor | None = None, q_exps: torch.Tensor | None = None,
+                         pv: torch.Tensor | None = None, m: torch.Tensor | None = None,
+                         sigma: int = 0, fmt: OperandFormat = E4M3) -> KernelGradOutput:
     """dO -> dO^, dOt^ and D in one launch that reads dO, O and ro once. do, o: [T, H, D]
     bf16/fp16/fp32, contiguous; ro: [H, T] fp32 (0 for invalid rows); cu_seqlens: int32
     [num_docs + 1] on do's device; block: dO^'s tokens per scale block; step: the dK/dV loop's query step
     (``bwd_block_m``), the extent of one dOt^ exponent; a multiple of ``block`` and of 16;
-    cu_seqlens_t: ``aligned_starts(cu_seqlens)`` if the caller has it (Q's), else computed here."""
+    cu_seqlens_t: ``aligned_starts(cu_seqlens)`` if the caller has it (Q's), else computed here;
+    work: the launch's ``tile_list`` (units of ``step`` tokens, every document with a unit 0)
+    if the caller has it, else built here. q_exps [T, H] int8, pv [T, Hkv] int32, m [H, T]
+    fp32 and sigma: also write the backward's query records (``records.query_records``,
+    ``KernelGradOutput.records``), saving their own launch. fmt: the codes' format (BF16:
+    dO^ = bf16(dO), dOt^ = bf16(dO ro), exponents 0)."""
     _check_rows(do, "do")
     _check_rows(o, "o")
     if o.shape != do.shape:
@@ -269,17 +334,29 @@ def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu
         # A unit of step tokens must cover its document's zero-padded transposed columns.
         raise ValueError(f"step: must be a power of two >= {T_ALIGN}, got {step}")
     _check_divisor(block, step, "block")
-    fp8, dev = torch.float8_e4m3fn, do.device
-    do_codes = torch.empty((total, heads, d), dtype=fp8, device=dev)
+    dev = do.device
+    do_codes = torch.empty((total, heads, d), dtype=fmt.torch_dtype, device=dev)
     do_exps = torch.empty((total, heads), dtype=torch.int8, device=dev)
     cu_t = aligned_starts(cu_seqlens) if cu_seqlens_t is None else cu_seqlens_t
-    dot_codes_t = _transposed_codes(heads, d, total, cu_seqlens)
+    dot_codes_t = _transposed_codes(heads, d, total, cu_seqlens, fmt)
     dot_exps = torch.empty((total, heads), dtype=torch.int8, device=dev)
     delta = torch.empty((heads, total), dtype=torch.float32, device=dev)
+    records, heads_kv = None, 1
+    if q_exps is not None:
+        heads_kv = pv.shape[1] if pv.dim() == 2 else 0
+        if heads_kv == 0 or heads % heads_kv:
+            raise ValueError(f"pv: expected [{total}, Hkv] with {heads} a multiple of Hkv, got {tuple(pv.shape)}")
+        check_sigma(sigma)
+        for name, x, dtype, shape in (("q_exps", q_exps, torch.int8, (total, heads)),
+                                      ("pv", pv, torch.int32, (total, heads_kv)),
+                                      ("m", m, torch.float32, (heads, total))):
+            check_operand(name, x, dtype, shape)
+        records = torch.empty((heads, total, 4), dtype=torch.int32, device=dev)
     if total:
-        grid, args = _units(cu_seqlens, total, step, heads)
-        _quantize_grad_output_kernel[grid](
-            do, o, ro.contiguous(), do_codes, do_exps, dot_codes_t, dot_exps, delta, cu_seqlens, cu_t,
-            T=total, T_t=dot_codes_t.shape[2], H=heads, D=d, STEP=step, BLOCK=block, T_ALIGN=T_ALIGN,
-            INTERPRET=interpreting(), **args)
-    return KernelGradOutput(do_codes, do_exps, dot_codes_t, dot_exps, delta, cu_t)
+        grid, args = _units(cu_seqlens, total, step, heads, work)
+        launch(_quantize_grad_output_kernel, grid, do, o, ro.contiguous(), do_codes, do_exps, dot_codes_t, dot_exps,
+               delta, cu_seqlens, cu_t, T=total, T_t=dot_codes_t.shape[2], H=heads, p_qe=q_exps, p_pv=pv, p_m=m,
+               p_rec=records, heads_kv=heads_kv, D=d, STEP=step, BLOCK=block, RECORDS=records is not None,
+               GROUP=heads // heads_kv if records is not None else 1, SIGMA=sigma, T_ALIGN=T_ALIGN,
+               CODES=fmt.codes, INTERPRET=interpreting(), **args)
+    return KernelGradOutput(do_codes, do_exps, dot_codes_t, dot_exps, delta, cu_t, records)

@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 
 from .fp8 import maybe_masked_load, pow2
+from .launch import cdiv, launch
 
 
 _ROWS = 256  # tokens per program of the builders
@@ -38,17 +39,22 @@ def query_records(q_exps: torch.Tensor, do_exps: torch.Tensor, pv: torch.Tensor,
     such exponents, or 0); m, ro, delta: [Hq, Tq] fp32; sigma in [0, 27], so that
     sigma - PV + 127 fits the 8-bit field (sigma = 0 with PV = 127 reads 2^-127 as 0, as the
     kernels' ``pow2`` does)."""
-    if not 0 <= sigma <= 27:
-        raise ValueError(f"sigma: the query records hold 2^(sigma - PV) for PV in [-100, 127], so sigma must be in "
-                         f"[0, 27], got {sigma}")
+    check_sigma(sigma)
     total, heads_q = q_exps.shape
     heads_kv = pv.shape[1]
     rec = torch.empty((heads_q, total, 4), dtype=torch.int32, device=q_exps.device)
     if total and heads_q:
-        _query_records_kernel[(triton.cdiv(total, _ROWS), heads_q)](
+        launch(_query_records_kernel, (cdiv(total, _ROWS), heads_q),
             q_exps, do_exps, pv, m.contiguous(), ro.contiguous(), delta.contiguous(), rec, total, heads_q, heads_kv,
             SIGMA=sigma, GROUP=heads_q // heads_kv, N=_ROWS)
     return rec
+
+
+def check_sigma(sigma: int) -> None:
+    """The query records' bound on sigma (``query_records``)."""
+    if not 0 <= sigma <= 27:
+        raise ValueError(f"sigma: the query records hold 2^(sigma - PV) for PV in [-100, 127], so sigma must be in "
+                         f"[0, 27], got {sigma}")
 
 
 def key_records(k_exps: torch.Tensor, v_exps: torch.Tensor) -> torch.Tensor:
@@ -59,7 +65,8 @@ def key_records(k_exps: torch.Tensor, v_exps: torch.Tensor) -> torch.Tensor:
     total, heads_kv = k_exps.shape
     rec = torch.empty((heads_kv, total), dtype=torch.int32, device=k_exps.device)
     if total and heads_kv:
-        _key_records_kernel[(triton.cdiv(total, _ROWS), heads_kv)](k_exps, v_exps, rec, total, heads_kv, N=_ROWS)
+        launch(_key_records_kernel, (cdiv(total, _ROWS), heads_kv), k_exps, v_exps, rec, total, heads_kv,
+               N=_ROWS)
     return rec
 
 

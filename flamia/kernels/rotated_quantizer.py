@@ -53,7 +53,8 @@ def _store_columns(p_t, b_x, d0, o_c, m_c, h, T_t, D: gl.constexpr, PIECE: gl.co
         o_d = d0 + gl.arange(0, C, layout=gl.SliceLayout(1, COLS)).to(gl.int64)  # [C] head-dim rows
         # fp32 values move and round after: moved as fp8 or int8, the transposed codes come
         # back wrong (Triton 3.6's layout conversion through shared memory).
-        b_t = to_e4m3(gl.convert_layout(mma_token_order(gl.permute(b_x, [1, 0])), COLS), False)  # [C, UNIT]
+        b_t = gl.permute(b_x, [1, 0])  # [C, UNIT]
+        b_t = to_e4m3(gl.convert_layout(mma_token_order(b_t, gl.float8e4nv), COLS), False)
         gl.store(p_t + column_offsets(o_d, o_c, h, T_t, D), b_t, mask=m_c[None, :])
 
 

@@ -17,6 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .launch import cdiv, launch
+
 _DOCS = 1024  # documents compared per step when a document counts the tiles ranked before it
 _FILL = 1024  # list entries written per step
 
@@ -25,7 +27,7 @@ def list_extent(total: int, num_docs: int, block: int) -> int:
     """W, the number of programs of a launch over the tiles of ``block`` tokens of
     ``num_docs`` documents holding ``total`` tokens (every document counted once more, which
     also covers ``tile_list``'s one tile for an empty document)."""
-    return triton.cdiv(total, block) + num_docs
+    return cdiv(total, block) + num_docs
 
 
 def tile_list(cu_seqlens: torch.Tensor, total: int, block: int, *, reverse: bool,
@@ -41,7 +43,7 @@ def tile_list(cu_seqlens: torch.Tensor, total: int, block: int, *, reverse: bool
     width = list_extent(total, num_docs, block)
     work = torch.empty((2, width), dtype=torch.int32, device=cu_seqlens.device)
     # Programs 0..num_docs-1 write their document's tiles; program num_docs the padding.
-    _tile_list_kernel[(num_docs + 1,)](cu_seqlens, work, num_docs, width, BLOCK=block,
+    launch(_tile_list_kernel, (num_docs + 1,), cu_seqlens, work, num_docs, width, BLOCK=block,
                                        REVERSE=reverse, EMPTY_DOCS=empty_docs,
                                        DOCS=_DOCS, FILL=_FILL)
     return work
@@ -60,10 +62,16 @@ def _doc_tiles(p_cu, doc, mask, BLOCK: tl.constexpr, EMPTY_DOCS: tl.constexpr):
 @triton.jit
 def _tile_list_kernel(p_cu, p_work, num_docs, width, BLOCK: tl.constexpr, REVERSE: tl.constexpr,
                       EMPTY_DOCS: tl.constexpr, DOCS: tl.constexpr, FILL: tl.constexpr):
-    """Program d < num_docs: document d's first entry is the number of tiles of the documents
-    ranked before it (longer, or as long and earlier), found by one pass over all documents;
-    it then writes its tiles. Program num_docs: (-1, 0) from the last real entry to W."""
-    d = tl.program_id(0)
+    write_tile_list(p_cu, p_work, num_docs, width, tl.program_id(0), BLOCK, REVERSE, EMPTY_DOCS, DOCS, FILL)
+
+
+@triton.jit
+def write_tile_list(p_cu, p_work, num_docs, width, d, BLOCK: tl.constexpr, REVERSE: tl.constexpr,
+                    EMPTY_DOCS: tl.constexpr, DOCS: tl.constexpr, FILL: tl.constexpr):
+    """Program d's share of a ``tile_list`` (one launch of num_docs + 1 programs writes it):
+    d < num_docs: document d's first entry is the number of tiles of the documents ranked
+    before it (longer, or as long and earlier), found by one pass over all documents; it then
+    writes its tiles. d = num_docs: (-1, 0) from the last real entry to W."""
     is_doc = d < num_docs
     own_len, own_tiles = _doc_tiles(p_cu, d, is_doc, BLOCK, EMPTY_DOCS)
     start = 0
