@@ -152,12 +152,8 @@ class QuantizerTiles:
 # docs/PERFORMANCE.md has the figures.
 TILES_D64 = AttnTiles(**asdict(numerics_tiles(64)), fwd_stages=4, dq_stages=2, dkdv_maxnreg=168)
 TILES = {64: TILES_D64, 128: AttnTiles(**asdict(numerics_tiles(128)))}
-# BF16 codes take twice the shared memory and their register A operands twice the registers of
-# E4M3's; the numerics tiles stay (the emulator's). Offline SASS (Triton 3.6, sm_90a): the d=128
-# forward at 2 stages takes 147 KB of shared memory and 250 registers (3 stages: 212 KB), dK/dV
-# 255 registers with one spill in its step loop (32-query steps: 230, none), dQ 200; at d=64
-# the dK/dV kernel spills at E4M3's 168-register cap (62 LDL/STL) and takes 210 uncapped. Not
-# yet timed on the GPU.
+# BF16 codes take twice E4M3's shared memory and register A operands; the numerics tiles stay
+# (the emulator's), the stages and the d=64 register cap fit them (docs/PERFORMANCE.md).
 BF16_TILES = {64: replace(TILES_D64, dkdv_maxnreg=None), 128: replace(TILES[128], fwd_stages=2)}
 QUANTIZER = QuantizerTiles()
 SUPPORTED_HEAD_DIMS = tuple(TILES)
