@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
 COUNTED = ("passed", "failed", "errors", "error", "skipped", "xfailed")
+FINAL_LINE = re.compile(r"\d+ (passed|failed|errors?|skipped|xfailed)\b.* in [\d.]+s")  # pytest's last line
 
 
 def collect(args: list[str]) -> list[str]:
@@ -54,7 +55,7 @@ def main() -> int:
         results = list(pool.map(run_shard, range(n), [ids[i::n] for i in range(n)]))
     totals: dict[str, int] = {}
     for _, text in results:
-        summary = [line for line in text.splitlines() if re.search(r"\d+ (passed|failed|errors?|skipped|xfailed)\b.* in [\d.]+s", line)]
+        summary = [line for line in text.splitlines() if FINAL_LINE.search(line)]
         for count, word in re.findall(r"(\d+) (\w+)", summary[-1] if summary else ""):
             if word in COUNTED:
                 totals[word] = totals.get(word, 0) + int(count)

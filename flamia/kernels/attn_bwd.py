@@ -299,18 +299,19 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     """dQ, dK, dV of the MXFP8 or BF16 route (NUMERICS.md 4), with dQ and dK rotated back by the
     Hadamard transform when ``rotate`` (Q and K were rotated), in the kernels' epilogues.
 
-    Codes are float8_e4m3fn (MXFP8) or bfloat16 (BF16, every exponent 0), one dtype: q_codes, do_codes [Tq, Hq, D]; k_codes, v_codes [Tk, Hkv, D];
-    q_codes_t, dot_codes_t [Hq, D, Tq_t] and k_codes_t [Hkv, D, Tk_t] (tokens contiguous in the
-    layout of ``layout.py``, zero codes outside documents). Exponents int8: q_exps, do_exps, dot_exps [Tq, Hq] (dot_exps
-    constant over each query step of ``tiles.bwd_block_m`` rows from the document start);
-    k_exps, v_exps [Tk, Hkv]. delta, m, ro: [Hq, Tq] fp32 (m = +inf and ro = 0 on rows that
-    see no key); pv: [Tq, Hkv] int32; cu_seqlens_q/k: int32 [num_docs + 1], with
-    cu_seqlens_*[-1] = T (rows outside every document are not written); cu_seqlens_q_t/k_t: int32 [num_docs + 1], the transposed codes'
-    document starts (``aligned_starts``, as the quantizers return them). D is 64 or 128 and Hq
-    a multiple of Hkv. scale_block: the tokens that share an exponent (32, or 1 for per-token
-    exponents; K's blocks start at document starts). key_rec: ``key_records(k_exps, v_exps)``
-    [Hkv, Tk] int32 if the caller has it (the forward's), else built here; records, the same
-    for ``query_records(q_exps, do_exps, pv, m, ro, delta, sigma)`` [Hq, Tq, 4] int32 (the dO
+    Codes are float8_e4m3fn (MXFP8) or bfloat16 (BF16, every exponent 0), one dtype: q_codes,
+    do_codes [Tq, Hq, D]; k_codes, v_codes [Tk, Hkv, D]; q_codes_t, dot_codes_t [Hq, D, Tq_t] and
+    k_codes_t [Hkv, D, Tk_t] (tokens contiguous in the layout of ``layout.py``, zero codes outside
+    documents). Exponents int8: q_exps, do_exps, dot_exps [Tq, Hq] (dot_exps constant over each
+    query step of ``tiles.bwd_block_m`` rows from the document start); k_exps, v_exps [Tk, Hkv].
+    delta, m, ro: [Hq, Tq] fp32 (m = +inf and ro = 0 on rows that see no key); pv: [Tq, Hkv] int32;
+    cu_seqlens_q/k: int32 [num_docs + 1], with cu_seqlens_*[-1] = T (rows outside every document
+    are not written); cu_seqlens_q_t/k_t: int32 [num_docs + 1], the transposed codes' document
+    starts (``aligned_starts``, as the quantizers return them). D is 64 or 128 and Hq a multiple of
+    Hkv. scale_block: the tokens that share an exponent (32, or 1 for per-token exponents; K's
+    blocks start at document starts). key_rec: ``key_records(k_exps, v_exps)`` [Hkv, Tk] int32 if
+    the caller has it (the forward's), else built here; records, the same for
+    ``query_records(q_exps, do_exps, pv, m, ro, delta, sigma)`` [Hq, Tq, 4] int32 (the dO
     quantizer's); dkdv_work and dq_work, the same for the kernels' ``tile_list``s
     (``plan.build_plan``'s "dkdv" and "dq").
     Returns dq [Tq, Hq, D], dk and dv [Tk, Hkv, D] in ``out_dtype`` (fp32, bf16 or fp16,

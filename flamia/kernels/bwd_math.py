@@ -148,8 +148,9 @@ def doc_bounds(p_cu, p_cu_t, doc):
 def store_dq(p_dq, acc, rows, o_d, m_r, h_q, heads_q, scale, inv_sqrt_d, ROTATE_STAGES: tl.constexpr,
              INTERPRET: tl.constexpr):
     """dQ of packed rows ``rows`` [BM] (int64, masked by m_r) of query head h_q from its fp32
-    sum of payloads acc [BM, D] (o_d [D]: 0..D-1 in acc's column layout), already times 2^-eQ: times the softmax scale, rotated back
-    when ROTATE_STAGES > 0, stored in p_dq's dtype ([Tq, Hq, D])."""
+    sum of payloads acc [BM, D] (o_d [D]: 0..D-1 in acc's column layout), already times 2^-eQ:
+    times the softmax scale, rotated back when ROTATE_STAGES > 0, stored in p_dq's dtype
+    ([Tq, Hq, D])."""
     o_out = (rows * heads_q + h_q)[:, None] * o_d.shape[0] + o_d[None, :]  # [BM, D]
     b_dq = rotate(mul_rn(acc, scale, INTERPRET), inv_sqrt_d, ROTATE_STAGES)  # [BM, D]
     tl.store(p_dq + o_out, to_output(b_dq, p_dq.dtype.element_ty, INTERPRET), mask=m_r[:, None])

@@ -46,9 +46,10 @@ def empty_residuals(q: torch.Tensor, k: torch.Tensor, spec: AttnSpec) -> Residua
     """Residuals of the right shapes and dtypes, uninitialised: the custom op's fake."""
     (tq, hq, d), (tk, hkv) = q.shape, k.shape[:2]
     num_docs = spec.cu_seqlens_q.shape[0] - 1
-    plan = plan_layout(tq, tk, num_docs, tiles_for(d, recipe_format(spec.recipe.name)))
+    fmt = recipe_format(spec.recipe.name)
+    plan = plan_layout(tq, tk, num_docs, tiles_for(d, fmt))
     tq_t, tk_t = transposed_extent(tq, num_docs), transposed_extent(tk, num_docs)
-    codes, i8, i32, f32 = recipe_format(spec.recipe.name).torch_dtype, torch.int8, torch.int32, torch.float32
+    codes, i8, i32, f32 = fmt.torch_dtype, torch.int8, torch.int32, torch.float32
 
     def new(shape, dtype):
         return q.new_empty(shape, dtype=dtype)
