@@ -2,7 +2,8 @@
 (flamia/reference/emulated.py), fed the emulator's own quantized operands and PV so that only
 the forward is under test. Without CUDA the kernel runs on Triton's CPU interpreter, with
 small tiles (the emulator gets the same tiles): the integer row max m bit for bit, lse and ro
-within fp32 summation-order noise, O within one bf16 rounding of it. On the GPU, exp2 is
+within fp32 summation-order noise, O within one bf16 rounding of it (bf16 recipe: and rare P
+rounding flips, ``P_FLIP_FRACTION``). On the GPU, exp2 is
 approximate and the FP8 MMAs may accumulate with reduced precision, so looser bounds apply
 (``assert_near``)."""
 from dataclasses import replace
@@ -26,6 +27,12 @@ LSE_TOL = 8 * U
 # O is bf16: fp32 noise flips a rounding, by one ulp (at most 2^-7 relative), only where
 # acc * ro lies next to a bf16 tie.
 O_FLIP_FRACTION = 0.01
+# The bf16 recipe rounds P to bf16. The interpreter's exp2 is numpy's and the emulator's is
+# torch's, and they differ by an fp32 ulp on some inputs (22% of them with numpy's AVX-512
+# path), so a P next to a bf16 tie can round the other way: about 2^-16 of the P values. One
+# such P moves O by at most one bf16 ulp of P (2^-7 P <= 2^-7) times |v| / l; these elements
+# must stay that rare and within that.
+P_FLIP_FRACTION = 1e-3
 
 
 def tiles(bm: int, bn: int) -> AttnTiles:
@@ -92,7 +99,17 @@ def assert_matches(got, fwd):
     want = fwd.out.float()
     diff = (out.float() - want).abs()
     one_ulp = torch.where(want == 0, 0.0, 2.0 ** (torch.floor(torch.log2(want.abs())) - 7))
-    assert (diff <= one_ulp).all(), f"O differs by more than one bf16 ulp (max {diff.max().item():.3g})"
+    beyond = diff > one_ulp
+    if fwd.spec.recipe.name == "bf16":
+        # 1 / l = ro * 2^(sigma - PV) per row; |v| at most its head's largest code
+        group = out.shape[1] // fwd.pv.shape[1]
+        inv_l = ro.t() * 2.0 ** (fwd.spec.recipe.sigma - fwd.pv.repeat_interleave(group, dim=1).float())  # [T, Hq]
+        v_max = fwd.v_op.codes.float().abs().amax(dim=(0, 2)).repeat_interleave(group)  # [Hq]
+        flip = (2.0 ** -7 * v_max[None, :] * inv_l)[..., None]  # [T, Hq, 1]
+        assert (diff[beyond] <= (one_ulp + flip.expand_as(diff))[beyond]).all(), "O beyond one P rounding flip"
+        assert beyond.float().mean().item() <= P_FLIP_FRACTION
+    else:
+        assert not beyond.any(), f"O differs by more than one bf16 ulp (max {diff.max().item():.3g})"
     assert (diff > 0).float().mean().item() <= O_FLIP_FRACTION
 
 
