@@ -1,5 +1,6 @@
-"""A tiny driver for compute-sanitizer: one forward and one backward of the MXFP8 Triton path
-per case on documents (100, 0, 1, 67, 33) (an empty and a one-token document among them),
+"""A tiny driver for compute-sanitizer: three training calls (forward and backward) of the MXFP8
+Triton path per case, the first recording the launches and the others replaying them
+(flamia/kernels/replay.py), on documents (100, 0, 1, 67, 33) (an empty and a one-token document among them),
 GQA 4/2, bf16, so that every kernel family of a training call (aligned starts, tile lists,
 the Q/K/V quantizers with and without the rotation, key records, PV prefix, the Gluon
 forward, the dO quantizer, query records, the Gluon dQ and dK/dV) launches a few times on
@@ -32,7 +33,8 @@ ALL_CASES = list(itertools.product((128, 64), MASKS, ("mxfp8", "mxfp8-exact")))
 
 
 def run_case(d: int, mask: str, recipe: str, seed: int = 0) -> list[str]:
-    """One forward and backward on the Triton backend; the problems found (empty if none)."""
+    """Three training calls on the Triton backend; the problems found (empty if none),
+    replayed results that differ from the first call's among them."""
     import flamia
 
     causal, window = MASKS[mask]
@@ -43,11 +45,16 @@ def run_case(d: int, mask: str, recipe: str, seed: int = 0) -> list[str]:
     v = torch.randn(total, HEADS_KV, d, generator=g).to("cuda", torch.bfloat16).requires_grad_()
     do = torch.randn(total, HEADS_Q, d, generator=g).to("cuda", torch.bfloat16)
     cu = torch.tensor([0, *itertools.accumulate(LENGTHS)], dtype=torch.int32, device="cuda")
-    out, lse = flamia.flash_attn_varlen_func(q, k, v, cu, cu, max(LENGTHS), max(LENGTHS), causal=causal,
-                                             window_size=window, recipe=recipe, backend="triton", return_lse=True)
-    dq, dk, dv = torch.autograd.grad(out, (q, k, v), do)
+    calls = []
+    for _ in range(3):
+        out, lse = flamia.flash_attn_varlen_func(q, k, v, cu, cu, max(LENGTHS), max(LENGTHS), causal=causal,
+                                                 window_size=window, recipe=recipe, backend="triton",
+                                                 return_lse=True)
+        calls.append((out, lse, *torch.autograd.grad(out, (q, k, v), do)))
     torch.cuda.synchronize()
-    problems = []
+    problems = [f"call {i}: {name} differs from call 0" for i, call in enumerate(calls[1:], 1)
+                for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), call, calls[0]) if not torch.equal(a, b)]
+    out, lse, dq, dk, dv = calls[-1]
     for name, x, like in (("out", out, q), ("dq", dq, q), ("dk", dk, k), ("dv", dv, v)):
         if x.shape != like.shape:
             problems.append(f"{name} shape {tuple(x.shape)}")

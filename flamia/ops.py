@@ -10,8 +10,9 @@ host time.
 
 Backends: "triton" (``kernels/ops.py``: the backward reads the forward's quantized operands)
 and "reference" (the emulator, ``reference/emulated.py``: its backward recomputes the
-forward, bit for bit, instead of holding the emulator's state between the ops). Autocast is
-off inside both: a recipe fixes its numerics.
+forward, bit for bit, instead of holding the emulator's state between the ops). A recipe fixes
+its numerics: autocast is off inside the ops (the triton backend's eager path runs no op autocast
+would change, and skips the switch).
 """
 import functools
 
@@ -20,6 +21,13 @@ from torch import Tensor
 
 from .recipes import Recipe
 from .spec import AttnSpec
+
+
+@functools.cache
+def _kernel_ops():
+    """flamia.kernels.ops, imported on the first triton call (it compiles nothing until then)."""
+    from .kernels import ops
+    return ops
 
 
 @functools.lru_cache(maxsize=None)
@@ -51,8 +59,7 @@ def _forward(q, k, v, spec: AttnSpec, backend: str):
     backend's ``Residuals``, or q, k, v for the reference backend)."""
     with torch.autocast(q.device.type, enabled=False):
         if backend == "triton":
-            from .kernels import ops
-            out, lse, res = ops.forward(q, k, v, spec)
+            out, lse, res = _kernel_ops().forward(q, k, v, spec)
             return out, lse, list(res)
         fwd = _emulate_forward(q, k, v, spec)
         return fwd.out, fwd.lse, [q, k, v]
@@ -62,7 +69,7 @@ def _backward(dout, out, saved, spec: AttnSpec, backend: str):
     """dq [Tq, Hq, D], dk, dv [Tk, Hkv, D] in dout's dtype; saved: ``_forward``'s third output."""
     with torch.autocast(dout.device.type, enabled=False):
         if backend == "triton":
-            from .kernels import ops
+            ops = _kernel_ops()
             return ops.backward(dout, out, ops.Residuals(*saved), spec)
         from .reference.emulated import emulate_backward
         q, k, v = saved
@@ -139,12 +146,16 @@ attention_forward.register_autograd(_op_backward, setup_context=_setup_context)
 class _EagerAttention(torch.autograd.Function):
     """The ops' implementations without torch.library's dispatch, for calls outside
     torch.compile: its wrappers cost more host time than the launches themselves
-    (docs/PERFORMANCE.md, host time). Same functions, same bits."""
+    (docs/PERFORMANCE.md, host time). The triton backend replays each shape's recorded launches
+    (``kernels/replay.py``). Same functions, same bits."""
 
     @staticmethod
     def forward(ctx, q, k, v, spec: AttnSpec, backend: str):
-        out, lse, saved = _forward(q, k, v, spec, backend)
-        ctx.spec, ctx.backend = spec, backend
+        ctx.spec, ctx.backend, ctx.program = spec, backend, None
+        if backend == "triton":  # its launches run no op that autocast would change
+            out, lse, saved, ctx.program = _kernel_ops().forward_eager(q, k, v, spec)
+        else:
+            out, lse, saved = _forward(q, k, v, spec, backend)
         ctx.save_for_backward(out, *saved)
         ctx.mark_non_differentiable(lse)
         ctx.set_materialize_grads(False)
@@ -153,7 +164,11 @@ class _EagerAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, _dlse):
         out, *saved = ctx.saved_tensors
-        return (*_backward(dout, out, saved, ctx.spec, ctx.backend), None, None)
+        if ctx.backend == "triton":
+            grads = _kernel_ops().backward_eager(dout, out, saved, ctx.spec, ctx.program)
+        else:
+            grads = _backward(dout, out, saved, ctx.spec, ctx.backend)
+        return (*grads, None, None)
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, backend: str) -> tuple[Tensor, Tensor]:

@@ -27,6 +27,7 @@ from .fp8 import interpreting
 _MAX_KEYS = 512  # kept specializations; past this, new ones launch the ordinary way
 _OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")  # the launch options flamia passes
 _kept: dict = {}
+_recording: list | None = None  # replay.record's list: (compiled, grid, values) per launch, None if unkeyable
 _bindings: dict = {}  # (id(kernel), positional count) -> _Binding
 
 
@@ -151,11 +152,15 @@ def launch(kernel, grid: tuple, *args, **kwargs) -> None:
         compiled = _kept.get(key)
     except (KeyError, TypeError):  # not a call this path can key
         kernel[grid](*args, **kwargs)
+        if _recording is not None:
+            _recording.append(None)
         return
     if compiled is None:
         compiled = kernel[grid](*args, **kwargs)
         if getattr(compiled, "function", None) is not None and len(_kept) < _MAX_KEYS:
             _kept[key] = compiled
-        return
-    compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, _stream(device),
-                 compiled.function, compiled.packed_metadata, None, None, None, *values)
+    else:
+        compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, _stream(device),
+                     compiled.function, compiled.packed_metadata, None, None, None, *values)
+    if _recording is not None:
+        _recording.append((compiled, grid, values))

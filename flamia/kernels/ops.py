@@ -3,6 +3,10 @@ ops of ``flamia/ops.py``: quantize -> forward, then quantize dO -> backward.
 
 Glue only: every launch lives in quantize.py, attn_fwd.py and attn_bwd.py. Nothing here reads
 a device value on the host, so a whole training step captures in a CUDA graph.
+
+``forward_eager`` and ``backward_eager`` are the same calls for eager autograd: after a shape's
+first call they replay its recorded launches (``replay.py``), and the forward's residuals
+travel as one workspace tensor.
 """
 from typing import NamedTuple
 
@@ -16,6 +20,8 @@ from .layout import transposed_extent
 from .plan import build_plan, plan_layout
 from .prefix import prefix_v_exponent
 from .quantize import quantize_grad_output, quantize_operand
+from . import replay
+from .launch import _device
 
 
 class Residuals(NamedTuple):
@@ -114,3 +120,73 @@ def backward(dout: torch.Tensor, out: torch.Tensor, res: Residuals,
         sigma=spec.recipe.sigma, scale_block=spec.recipe.scale_block, tiles=tiles,
         rotate=spec.recipe.use_hadamard(out.shape[-1]), out_dtype=dout.dtype, key_rec=res.key_rec,
         records=go.records, dkdv_work=plan.view(res.work, "dkdv"), dq_work=plan.view(res.work, "dq"))
+
+
+_programs = replay.Programs()  # forward programs by call key; each holds its backward's by dO's
+
+
+def _aligned(*tensors: torch.Tensor) -> bool:
+    """Every address 16-byte aligned, as the recorded launches were specialized."""
+    acc = 0
+    for t in tensors:
+        acc |= t.data_ptr()
+    return not acc & 15
+
+
+def _inputs(spec: AttnSpec, *tensors: torch.Tensor) -> list:
+    """A call's input tensors, the key side's document starts left out when both sides share them."""
+    shared = spec.cu_seqlens_k is spec.cu_seqlens_q
+    return [*tensors, spec.cu_seqlens_q] + ([] if shared else [spec.cu_seqlens_k])
+
+
+def forward_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  spec: AttnSpec) -> tuple[torch.Tensor, torch.Tensor, list, "replay.Program | None"]:
+    """``forward`` for eager autograd: (out, lse, the tensors to save, the program that made
+    them or None). With a program the saved tensors are its workspace alone."""
+    inputs = _inputs(spec, q, k, v)
+    if not (replay.available() and _aligned(*inputs)):
+        out, lse, res = forward(q, k, v, spec)
+        return out, lse, list(res), None
+    cu_q, cu_k = spec.cu_seqlens_q, spec.cu_seqlens_k
+    key = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype, cu_q.shape,
+           cu_k.shape, cu_q.stride(), cu_k.stride(), cu_k is cu_q, spec.causal, spec.softmax_scale, spec.window_size,
+           spec.recipe, q.device, _device())
+    program = _programs.get(key)
+    if program is None:
+        out, lse, res = forward(q, k, v, spec)
+        return out, lse, list(res), None
+    if program is ...:
+        with replay.record() as (launches, ops):
+            out, lse, res = forward(q, k, v, spec)
+        try:
+            _programs.put(key, replay.Program.build(launches, ops, inputs, [out, lse], list(res)))
+        except LookupError:
+            _programs.put(key, None)
+        return out, lse, list(res), None
+    (out, lse), workspace = program(inputs, q.device)
+    return out, lse, [workspace], program
+
+
+def backward_eager(dout: torch.Tensor, out: torch.Tensor, saved: list, spec: AttnSpec,
+                   program: "replay.Program | None") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``backward`` for eager autograd, from ``forward_eager``'s saved tensors and program."""
+    if program is None:
+        return backward(dout, out, Residuals(*saved), spec)
+    workspace = saved[0]
+    inputs = _inputs(spec, dout, out, workspace)
+    table = program.backward = program.backward or replay.Programs()
+    key = (dout.shape, dout.dtype, dout.stride(), out.dtype, out.stride(), _device())
+    grads = table.get(key) if replay.available() and _aligned(dout, out) else None
+    if grads is None or grads is ...:
+        res = Residuals(*program.views(workspace))
+        if grads is None:
+            return backward(dout, out, res, spec)
+        with replay.record() as (launches, ops):
+            dq, dk, dv = backward(dout, out, res, spec)
+        try:
+            table.put(key, replay.Program.build(launches, ops, inputs, [dq, dk, dv], []))
+        except LookupError:
+            table.put(key, None)
+        return dq, dk, dv
+    (dq, dk, dv), _ = grads(inputs, dout.device)
+    return dq, dk, dv

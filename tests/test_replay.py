@@ -1,0 +1,156 @@
+"""Per-shape launch programs (flamia/kernels/replay.py): what a recorded call may contain on
+the CPU, and on the GPU the replayed eager training call against the ordinary one, bit for
+bit, on packed documents of odd lengths with GQA, both head dims, masks and recipes."""
+import pytest
+import torch
+
+import flamia
+from flamia.kernels import ops as kernel_ops
+from flamia.kernels import replay
+from flamia.workload import make_packed_inputs
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+def test_record_sees_allocations_and_flags_other_work():
+    with replay.record() as (launches, ops):
+        x = torch.empty((4, 8), dtype=torch.float32)
+        x.view(8, 4)[1:].flatten()
+        y = torch.empty_like(x)
+    assert launches == [] and ops.other == []
+    assert [t.data_ptr() for t in ops.fresh] == [x.data_ptr(), y.data_ptr()]
+    with replay.record() as (_, ops):
+        torch.zeros(3)
+    assert ops.other, "a fill is GPU work a replay would skip"
+
+
+def test_build_refuses_what_it_cannot_replay():
+    with replay.record() as (launches, ops):
+        out = torch.empty(16)
+        out.add_(1)
+    with pytest.raises(LookupError, match="ran"):
+        replay.Program.build(launches, ops, [], [out], [])
+    q = torch.empty(16)
+    with replay.record() as (launches, ops):
+        torch.empty(4)
+    with pytest.raises(LookupError, match="output"):
+        replay.Program.build(launches, ops, [q], [q], [])  # an input returned as an output
+    with replay.record() as (launches, ops):
+        launches.append(None)  # what launch.py appends for a launch it could not key
+    with pytest.raises(LookupError, match="launch"):
+        replay.Program.build(launches, ops, [], [], [])
+
+
+def test_pack_aligns_each_allocation():
+    a, b = torch.empty(3, dtype=torch.uint8), torch.empty(1000, dtype=torch.float32)
+    offsets, size = replay._pack([a, b, a])
+    assert offsets == {a.data_ptr(): 0, b.data_ptr(): replay._ALIGN}
+    assert size % replay._ALIGN == 0 and size >= replay._ALIGN + 4000
+
+
+def test_programs_table_is_bounded(monkeypatch):
+    monkeypatch.setattr(replay, "_MAX_PROGRAMS", 2)
+    table = replay.Programs()
+    assert table.get("a") is ...
+    table.put("a", None)
+    table.put("b", None)
+    assert table.get("a") is None and table.get("c") is None  # full: the ordinary path
+
+
+def _grads(inputs, recipe, causal, window, cu_k=None):
+    q, k, v = (x.detach().clone().requires_grad_() for x in (inputs.q, inputs.k, inputs.v))
+    cu_k = inputs.cu_seqlens if cu_k is None else cu_k
+    out, lse = flamia.flash_attn_varlen_func(q, k, v, inputs.cu_seqlens, cu_k, inputs.max_seqlen, inputs.max_seqlen,
+                                             causal=causal, window_size=window, recipe=recipe, backend="triton",
+                                             return_lse=True)
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), inputs.do)
+    return out, lse, dq, dk, dv
+
+
+@cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", ["mxfp8", "bf16", "mxfp8-exact"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("lengths,heads,causal,window,shared",
+                         [((1000, 333, 1, 77), (8, 2), True, (-1, -1), True),
+                          ((517, 0, 2048, 3), (16, 16), True, (128, 0), False),
+                          ((999, 1, 64), (4, 4), False, (256, 256), True)],
+                         ids=["gqa-causal", "window-unshared", "noncausal"])
+def test_replay_matches_ordinary_bitwise(monkeypatch, recipe, head_dim, lengths, heads, causal, window, shared):
+    """The recording call, then replays of forward and backward, against the ordinary path."""
+    if recipe not in flamia.RECIPES or not replay._LAUNCHER:
+        pytest.skip("needs the recipe and Triton 3.6's launcher")
+    inputs = make_packed_inputs(lengths, heads_q=heads[0], heads_kv=heads[1], head_dim=head_dim, device="cuda")
+    cu_k = None if shared else inputs.cu_seqlens.clone()
+    monkeypatch.setattr(kernel_ops, "_programs", replay.Programs())
+    monkeypatch.setattr(replay, "_LAUNCHER", False)
+    want = _grads(inputs, recipe, causal, window, cu_k)
+    monkeypatch.setattr(replay, "_LAUNCHER", True)
+    for call in range(3):  # records, then replays (the first replayed backward records)
+        got = _grads(inputs, recipe, causal, window, cu_k)
+        for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), got, want):
+            assert torch.equal(a, b), f"call {call}: {name} differs from the ordinary path"
+    programs = [p for p in kernel_ops._programs.table.values() if p is not None]
+    assert len(programs) == 1, "the call was not recorded as a program"
+    assert [p for p in programs[0].backward.table.values() if p is not None], "the backward was not recorded"
+
+
+@cuda
+@pytest.mark.gpu
+def test_unreplayable_calls_take_the_ordinary_path(monkeypatch):
+    """fp16 inputs cast the output (GPU work outside the launches): never a program, same bits."""
+    if not replay._LAUNCHER:
+        pytest.skip("needs Triton 3.6's launcher")
+    inputs = make_packed_inputs((300, 45), heads_q=4, heads_kv=4, head_dim=64, dtype=torch.float16, device="cuda")
+    monkeypatch.setattr(kernel_ops, "_programs", replay.Programs())
+    first = _grads(inputs, "mxfp8", True, (-1, -1))
+    second = _grads(inputs, "mxfp8", True, (-1, -1))
+    assert list(kernel_ops._programs.table.values()) == [None]
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
+
+
+@cuda
+@pytest.mark.gpu
+def test_replay_in_a_cuda_graph(monkeypatch):
+    """A replayed training call captured in a CUDA graph gives the eager call's bits."""
+    if not replay._LAUNCHER:
+        pytest.skip("needs Triton 3.6's launcher")
+    inputs = make_packed_inputs((700, 300, 24), heads_q=8, heads_kv=4, head_dim=128, device="cuda")
+    monkeypatch.setattr(kernel_ops, "_programs", replay.Programs())
+    want = [_grads(inputs, "mxfp8", True, (-1, -1)) for _ in range(3)][-1]
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            got = _grads(inputs, "mxfp8", True, (-1, -1))
+    graph.replay()
+    torch.cuda.synchronize()
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+
+
+@cuda
+@pytest.mark.gpu
+def test_replay_on_views_of_one_buffer(monkeypatch):
+    """q, k and v as contiguous views of one [3, T, H, D] leaf (a fused projection's output)
+    record and replay like separate tensors."""
+    if not replay._LAUNCHER:
+        pytest.skip("needs Triton 3.6's launcher")
+    inputs = make_packed_inputs((400, 99, 7), heads_q=4, heads_kv=4, head_dim=128, device="cuda")
+
+    def call():
+        qkv = torch.stack((inputs.q, inputs.k, inputs.v)).requires_grad_()
+        out = flamia.flash_attn_varlen_func(qkv[0], qkv[1], qkv[2], inputs.cu_seqlens, inputs.cu_seqlens,
+                                            inputs.max_seqlen, inputs.max_seqlen, causal=True, backend="triton")
+        return out, *torch.autograd.grad(out, qkv, inputs.do)
+
+    monkeypatch.setattr(kernel_ops, "_programs", replay.Programs())
+    monkeypatch.setattr(replay, "_LAUNCHER", False)
+    want = call()
+    monkeypatch.setattr(replay, "_LAUNCHER", True)
+    for _ in range(3):
+        for a, b in zip(call(), want):
+            assert torch.equal(a, b)
+    assert [p for p in kernel_ops._programs.table.values() if p is not None], "views of one buffer were not recorded"
