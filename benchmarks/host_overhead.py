@@ -51,9 +51,10 @@ def graphed_ms(job, calls: int) -> float:
 
 
 def host_ms(job, calls: int) -> float:
-    """CPU time per issued call, the GPU busy all the while (a sleep kernel queued first)."""
+    """CPU time per issued call, the GPU busy all the while (a sleep kernel queued first):
+    the median of 5 samples of ``calls`` calls."""
     samples = []
-    for _ in range(3):
+    for _ in range(5):
         torch.cuda.synchronize()
         torch.cuda._sleep(2_000_000_000)  # about a second of GPU cycles ahead of the calls
         t0 = time.perf_counter()
@@ -81,7 +82,7 @@ def measure(names: list[str]) -> list[dict]:
             torch.cuda.synchronize()
             eager = statistics.median(cuda_clock(job, 10) for _ in range(3))
             row = dict(workload=name, provider=provider, graphed_ms=graphed_ms(job, 10), eager_ms=eager,
-                       host_ms=host_ms(job, 10), launches=launches(job))
+                       host_ms=host_ms(job, 30), launches=launches(job))
             row["eager_over_graphed"] = row["eager_ms"] / row["graphed_ms"]
             rows.append(row)
             print(f"{name:16s} {provider:14s} graphed {row['graphed_ms']:8.3f} eager {eager:8.3f} "
