@@ -48,13 +48,15 @@ def test_pack_aligns_each_allocation():
     assert size % replay._ALIGN == 0 and size >= replay._ALIGN + 4000
 
 
-def test_programs_table_is_bounded(monkeypatch):
+def test_programs_table_keeps_the_recent_ones(monkeypatch):
     monkeypatch.setattr(replay, "_MAX_PROGRAMS", 2)
     table = replay.Programs()
     assert table.get("a") is ...
     table.put("a", None)
     table.put("b", None)
-    assert table.get("a") is None and table.get("c") is None  # full: the ordinary path
+    assert table.get("a") is None  # a is now the most recently used
+    table.put("c", None)
+    assert table.get("b") is ... and table.get("a") is None and table.get("c") is None
 
 
 def _grads(inputs, recipe, causal, window, cu_k=None):

@@ -19,6 +19,7 @@ a steady training loop the same few). The launchers are called the way Triton 3.
 (``_LAUNCHER``); with another Triton, a launch hook (profilers) or the interpreter, every call
 takes the ordinary path.
 """
+import collections
 import contextlib
 from dataclasses import dataclass
 
@@ -33,7 +34,7 @@ aten = torch.ops.aten
 _ALLOCATIONS = {aten.empty.memory_format, aten.empty_like.default, aten.new_empty.default,
                 aten.empty_strided.default, aten.new_empty_strided.default}
 _ALIGN = 256  # buffer pieces start where a fresh allocation's 16-byte specialization holds
-_MAX_PROGRAMS = 256  # per direction; past this, new shapes take the ordinary path
+_MAX_PROGRAMS = 256  # kept per direction (forward: per process; backward: per forward program)
 # Triton 3.6's launcher: CudaLauncher(grid x, y, z, stream, function, *rest) calls its C
 # launch(x, y, z, stream, function, cooperative, pdl, global scratch, profile scratch, *rest).
 _LAUNCHER = triton.__version__.startswith("3.6.")
@@ -277,17 +278,21 @@ class Program:
 
 
 class Programs:
-    """Programs by call key, a key mapping to None when its call is not replayable."""
+    """Programs by call key, least recently used first; a key maps to None when its call is
+    not replayable. Past ``_MAX_PROGRAMS`` keys the least recently used one is dropped, so a
+    run whose shapes drift keeps replaying the recent ones."""
 
     def __init__(self):
-        self.table: dict = {}
+        self.table: collections.OrderedDict = collections.OrderedDict()
 
     def get(self, key):
-        """The Program, None (not replayable), or ... (not recorded yet, room left)."""
+        """The Program, None (not replayable) or ... (not recorded yet)."""
         found = self.table.get(key, ...)
-        if found is ... and len(self.table) >= _MAX_PROGRAMS:
-            return None
+        if found is not ...:
+            self.table.move_to_end(key)
         return found
 
     def put(self, key, program: "Program | None") -> None:
         self.table[key] = program
+        if len(self.table) > _MAX_PROGRAMS:
+            self.table.popitem(last=False)
