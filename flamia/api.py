@@ -11,7 +11,7 @@ import torch
 from . import ops
 from .recipes import Recipe, resolve_recipe
 from .spec import AttnSpec
-from .validation import check_batched, check_head_dim, check_qkv, check_varlen, resolve_backend
+from .validation import check_batched, check_head_dim, check_qkv, check_varlen, resolve_backend, resolve_seed
 
 
 def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -19,7 +19,8 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                            max_seqlen_q: int, max_seqlen_k: int, causal: bool = False,
                            softmax_scale: float | None = None, window_size: tuple[int, int] = (-1, -1),
                            recipe: "str | Recipe" = "mxfp8", backend: str | None = None,
-                           return_lse: bool = False, *, validate_values: bool | None = None):
+                           return_lse: bool = False, *, validate_values: bool | None = None,
+                           seed: int | None = None):
     """Low-precision attention on packed documents, differentiable.
 
     q: [Tq, Hq, D]; k, v: [Tk, Hkv, D]; bf16, fp16 or fp32, one dtype, one device, head dim
@@ -32,6 +33,9 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     mxfp8 and bf16 recipes on CUDA and "reference" otherwise. validate_values: read cu_seqlens to check
     their values; None = only when they are on the CPU (on CUDA the read would synchronise)
     and the call is not being compiled (a value read would break the graph).
+    seed: the random bits of a recipe that rounds stochastically (fp4's G, NUMERICS.md 6), an
+    int in [0, 2^63); None draws one from torch's default CPU generator (pass one under
+    torch.compile). Other recipes ignore it.
     Returns out [Tq, Hq, D] in q's dtype, and lse [Hq, Tq] fp32 (natural log, +inf for rows
     that see no key) when return_lse.
     """
@@ -43,7 +47,7 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     check_head_dim(head_dim, backend, recipe)
     scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
     spec = AttnSpec(cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), causal, scale,
-                    tuple(int(w) for w in window_size), recipe)
+                    tuple(int(w) for w in window_size), recipe, resolve_seed(seed, recipe))
     out, lse = ops.attention(q, k, v, spec, backend)
     return (out, lse) if return_lse else out
 
@@ -51,7 +55,7 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                     softmax_scale: float | None = None, window_size: tuple[int, int] = (-1, -1),
                     recipe: "str | Recipe" = "mxfp8", backend: str | None = None,
-                    return_lse: bool = False):
+                    return_lse: bool = False, *, seed: int | None = None):
     """Batched attention: q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D], one document per batch
     entry (causal aligned bottom-right when Sq != Sk). Arguments as flash_attn_varlen_func.
     Returns out [B, Sq, Hq, D] in q's dtype, and lse [B, Hq, Sq] fp32 when return_lse.
@@ -65,7 +69,7 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     result = flash_attn_varlen_func(
         q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1),
         steps * seq_q, steps * seq_k, seq_q, seq_k, causal, softmax_scale, window_size,
-        recipe, backend, return_lse, validate_values=False)
+        recipe, backend, return_lse, validate_values=False, seed=seed)
     if not return_lse:
         return result.reshape(batch, seq_q, heads_q, head_dim)
     out, lse = result

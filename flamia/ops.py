@@ -38,20 +38,20 @@ def _recipe(key: str) -> Recipe:
 def _flat(spec: AttnSpec) -> tuple:
     """The spec as the ops' arguments after the tensors (``_spec`` inverts it)."""
     return (spec.cu_seqlens_q, spec.cu_seqlens_k, spec.max_seqlen_q, spec.max_seqlen_k, spec.causal,
-            spec.softmax_scale, list(spec.window_size), spec.recipe.key)
+            spec.softmax_scale, list(spec.window_size), spec.recipe.key, spec.seed)
 
 
 def _spec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size,
-          recipe) -> AttnSpec:
+          recipe, seed) -> AttnSpec:
     return AttnSpec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
-                    tuple(window_size), _recipe(recipe))
+                    tuple(window_size), _recipe(recipe), seed)
 
 
 def _emulate_forward(q, k, v, spec: AttnSpec):
     from .reference.emulated import emulate_forward
     return emulate_forward(q, k, v, spec.cu_seqlens_q, spec.cu_seqlens_k, spec.max_seqlen_q, spec.max_seqlen_k,
                            causal=spec.causal, softmax_scale=spec.softmax_scale, window_size=spec.window_size,
-                           recipe=spec.recipe)
+                           recipe=spec.recipe, seed=spec.seed)
 
 
 def _forward(q, k, v, spec: AttnSpec, backend: str):
@@ -80,11 +80,12 @@ def _backward(dout, out, saved, spec: AttnSpec, backend: str):
 @torch.library.custom_op("flamia::attention_forward", mutates_args=())
 def attention_forward(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
                       max_seqlen_q: int, max_seqlen_k: int, causal: bool, softmax_scale: float,
-                      window_size: list[int], recipe: str, backend: str) -> tuple[Tensor, Tensor, list[Tensor]]:
+                      window_size: list[int], recipe: str, seed: int, backend: str) -> tuple[Tensor, Tensor, list[Tensor]]:
     """``_forward`` as an op. Its outputs may not alias its inputs or each other, so what
     does leaves as a copy: the reference backend's q, k, v, and the triton backend's key-side
     document starts when both sides share cu_seqlens."""
-    spec = _spec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size, recipe)
+    spec = _spec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size, recipe,
+                 seed)
     out, lse, saved = _forward(q, k, v, spec, backend)
     seen = {id(x) for x in (q, k, v, cu_seqlens_q, cu_seqlens_k)}
     unique = []
@@ -96,12 +97,12 @@ def attention_forward(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_
 
 @attention_forward.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size, recipe,
-      backend):
+      seed, backend):
     lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
     if backend == "triton":
         from .kernels.ops import empty_residuals
         spec = _spec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size,
-                     recipe)
+                     recipe, seed)
         return torch.empty_like(q), lse, list(empty_residuals(q, k, spec))
     return torch.empty_like(q), lse, [torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)]
 
@@ -109,21 +110,22 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, s
 @torch.library.custom_op("flamia::attention_backward", mutates_args=())
 def attention_backward(dout: Tensor, out: Tensor, saved: list[Tensor], cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
                        max_seqlen_q: int, max_seqlen_k: int, causal: bool, softmax_scale: float,
-                       window_size: list[int], recipe: str, backend: str) -> tuple[Tensor, Tensor, Tensor]:
+                       window_size: list[int], recipe: str, seed: int, backend: str) -> tuple[Tensor, Tensor, Tensor]:
     """``_backward`` as an op."""
-    spec = _spec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size, recipe)
+    spec = _spec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size, recipe,
+                 seed)
     return _backward(dout, out, saved, spec, backend)
 
 
 @attention_backward.register_fake
 def _(dout, out, saved, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size,
-      recipe, backend):
+      recipe, seed, backend):
     k = saved[3] if backend == "triton" else saved[1]  # K's codes or K: [Tk, Hkv, D]
     return (torch.empty_like(dout), dout.new_empty(k.shape), dout.new_empty(k.shape))
 
 
 _CALL_ARGS = ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "causal", "softmax_scale",
-              "window_size", "recipe", "backend")
+              "window_size", "recipe", "seed", "backend")
 
 
 def _setup_context(ctx, inputs, output):

@@ -35,6 +35,9 @@ class Recipe:
     fwd_diag_block_m: forward treats query tiles of this many rows as diagonal tiles while
         the backward uses its own (nvfp4: diagonal tiles keep E4M3 P), e.g. 256 vs 128.
     fwd_approx_exp: forward uses Schraudolph's bit-level exponential, backward the exact one.
+    stochastic_grad: round G (dS) to E2M1 stochastically on the all-4-bit route, from
+        counter-based random bits of the call's seed (NUMERICS.md 6); None = the default (on
+        for fp4, the paper's all-4-bit route; the other routes' G is not 4-bit).
     Experiment (4-bit P routes, emulator only):
     p4_sum_quantized: the row sum l adds the 4-bit P values (before the V fold) instead of p
         on 4-bit tiles, so the weights O uses sum to one and the backward's dS sums to zero
@@ -54,6 +57,7 @@ class Recipe:
     fwd_diag_block_m: int | None = None
     fwd_approx_exp: bool = False
     p4_sum_quantized: bool = False
+    stochastic_grad: bool | None = None
 
     def __post_init__(self):
         if self.name not in RECIPE_NAMES:
@@ -70,6 +74,9 @@ class Recipe:
             raise ValueError(f"recipe: fwd_diag_block_m must be a positive multiple of 32, got {self.fwd_diag_block_m}")
         if self.p4_sum_quantized and not self.has_p4:
             raise ValueError(f"recipe: p4_sum_quantized needs a 4-bit P route {P4_RECIPE_NAMES}, got {self.name!r}")
+        if self.stochastic_grad and self.name != "fp4":
+            raise ValueError(f"recipe: stochastic_grad needs the all-4-bit route 'fp4' (only its G is E2M1), "
+                             f"got {self.name!r}")
         # Not a field (equality and hashing ignore it): the recipe as a custom op's argument.
         object.__setattr__(self, "key", "|".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)))
 
@@ -83,6 +90,11 @@ class Recipe:
     def has_p4(self) -> bool:
         """Whether P is quantized to 4 bits on some tiles (nvfp4, fp4)."""
         return self.name in P4_RECIPE_NAMES
+
+    @property
+    def rounds_grad_stochastically(self) -> bool:
+        """Whether G is rounded stochastically (``stochastic_grad``, None: on for fp4)."""
+        return self.name == "fp4" if self.stochastic_grad is None else self.stochastic_grad
 
     @property
     def exact(self) -> bool:

@@ -10,7 +10,8 @@ from .recipes import Recipe
 @dataclass(frozen=True)
 class AttnSpec:
     """cu_seqlens_*: int32 [num_docs + 1] on the inputs' device; max_seqlen_*: host ints;
-    window_size: (left, right), -1 = unbounded; softmax_scale: resolved (never None)."""
+    window_size: (left, right), -1 = unbounded; softmax_scale: resolved (never None); seed:
+    the random bits' seed of a recipe that rounds stochastically (0 otherwise)."""
 
     cu_seqlens_q: torch.Tensor
     cu_seqlens_k: torch.Tensor
@@ -20,3 +21,4 @@ class AttnSpec:
     softmax_scale: float
     window_size: tuple[int, int]
     recipe: Recipe
+    seed: int = 0

@@ -133,6 +133,22 @@ def check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
         _check_cu_values("cu_seqlens_k", cu_seqlens_k, k.shape[0], "max_seqlen_k", max_seqlen_k)
 
 
+def resolve_seed(seed, recipe: Recipe) -> int:
+    """The call's seed for its random bits: 0 for a recipe that draws none; else ``seed`` (an
+    int in [0, 2^63)), or when None one drawn from torch's default CPU generator, so that
+    ``torch.manual_seed`` reproduces a run (no GPU synchronisation)."""
+    if seed is not None and not (_is_int(seed) and 0 <= seed < 1 << 63):
+        raise ValueError(f"seed: expected None or an int in [0, 2^63), got {seed!r}")
+    if not recipe.rounds_grad_stochastically:
+        return 0
+    if seed is None:
+        if torch.compiler.is_compiling():
+            raise ValueError(f"seed: recipe {recipe.name!r} rounds stochastically; under torch.compile pass an "
+                             "int seed drawn outside the compiled function (a draw inside would be frozen)")
+        return int(torch.randint(0, 1 << 62, (), dtype=torch.int64))
+    return int(seed)
+
+
 def _kernel_recipe(recipe: Recipe) -> str | None:
     """Why the triton backend cannot run ``recipe``, or None when it can (the plain mxfp8 and
     bf16 recipes)."""

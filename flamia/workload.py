@@ -141,15 +141,17 @@ def training_call(attn: Attention, inputs: PackedInputs, causal: bool = True) ->
     return TrainingCall(out.detach(), None if lse is None else lse.detach(), *grads)
 
 
-def as_attention(recipe: "str | Recipe | Attention", backend: str | None = None) -> Attention:
+def as_attention(recipe: "str | Recipe | Attention", backend: str | None = None, seed: int | None = 0) -> Attention:
     """A recipe (name or ``flamia.Recipe``) -> an attention callable through
-    ``flamia.flash_attn_varlen_func``; a callable is returned unchanged."""
+    ``flamia.flash_attn_varlen_func``; a callable is returned unchanged. seed: a stochastic
+    recipe's seed, the same on every call (0) so that the tools' paired calls compare bit for
+    bit; None draws one per call, as training does."""
     if callable(recipe):
         return recipe
 
     def attn(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal):
         return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                      causal=causal, recipe=recipe, backend=backend, return_lse=True)
+                                      causal=causal, recipe=recipe, backend=backend, return_lse=True, seed=seed)
 
     return attn
 

@@ -41,6 +41,20 @@ def round_to_e2m1(x: torch.Tensor) -> torch.Tensor:
     return (torch.round(x / ulp) * ulp).clamp(-E2M1_MAX, E2M1_MAX)
 
 
+def round_to_e2m1_stochastic(x: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Round to the E2M1 grid stochastically (fp32 values): |x| between grid neighbours lo and
+    hi goes to hi when u < (|x| - lo) / (hi - lo), else to lo; the sign is kept; |x| > 6
+    saturates to 6. u: uniforms in [0, 1) shaped like x (``philox.uniform24``). Every step is
+    exact in fp32 (the spacing is a power of two), so a kernel that draws the same u rounds
+    alike."""
+    x = x.float()
+    a = x.abs().clamp(max=E2M1_MAX)
+    ulp = torch.where(a < 2.0, 0.5, torch.where(a < 4.0, 1.0, 2.0))
+    lo = torch.floor(a / ulp) * ulp
+    mag = torch.where(u < (a - lo) / ulp, lo + ulp, lo)
+    return torch.where(x < 0, -mag, mag)
+
+
 def pack_e2m1(codes: torch.Tensor) -> torch.Tensor:
     """uint8 codes [..., N] (N even) -> [..., N / 2] uint8, two codes per byte, low nibble first."""
     return codes[..., 0::2] | (codes[..., 1::2] << 4)

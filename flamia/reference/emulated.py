@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..formats.hadamard import hadamard_transform
+from ..formats.philox import randint4x, uniform24
 from ..formats.scales import exp2i
 from ..recipes import Recipe, resolve_recipe
 from ..scaling import prefix_v_exponent
@@ -143,26 +144,27 @@ def _on_diagonal(product, codes: torch.Tensor, diag_codes: torch.Tensor | None, 
 
 
 def _entry_spec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size,
-                recipe: "str | Recipe", head_dim: int) -> AttnSpec:
+                recipe: "str | Recipe", head_dim: int, seed: int = 0) -> AttnSpec:
     """The entry points' one resolve: a recipe name to its Recipe, softmax_scale None to
     head_dim ** -0.5 (a Recipe and a float pass through unchanged)."""
     scale = softmax_scale if softmax_scale is not None else head_dim ** -0.5
     return AttnSpec(cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), bool(causal), float(scale),
-                    tuple(window_size), resolve_recipe(recipe))
+                    tuple(window_size), resolve_recipe(recipe), int(seed))
 
 
 def emulate_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False,
                     softmax_scale=None, window_size=(-1, -1), recipe: "str | Recipe" = "mxfp8",
-                    tiles: NumericsTiles | None = None, record_p: bool = False) -> EmulatedForward:
+                    tiles: NumericsTiles | None = None, record_p: bool = False, seed: int = 0) -> EmulatedForward:
     """The forward of NUMERICS.md 3, keeping what ``emulate_backward`` needs.
 
     q: [Tq, Hq, D]; k, v: [Tk, Hkv, D] (any float dtype); cu_seqlens_q/k: int32 [B + 1];
     max_seqlen_q/k: ints. recipe: a name of ``flamia.RECIPES`` or a Recipe; softmax_scale:
     None for 1/sqrt(D). tiles: None for ``numerics_tiles(D)`` (the kernels' at D).
-    record_p: keep each key tile's P values in ``p_trace``.
+    record_p: keep each key tile's P values in ``p_trace``. seed: the backward's random bits
+    where the recipe rounds G stochastically.
     """
     spec = _entry_spec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
-                       window_size, recipe, q.shape[-1])
+                       window_size, recipe, q.shape[-1], seed)
     return _forward(q, k, v, spec, tiles if tiles is not None else numerics_tiles(q.shape[-1]), record_p)
 
 
@@ -236,6 +238,19 @@ def rebuild_p_trace(fwd: EmulatedForward) -> list[tuple[int, torch.Tensor]]:
     return [(t.k0, _rebuild_p(r, t, m, fwd.numerics)) for t in _key_tiles(lay, fwd.tiles.fwd_block_n, fwd.tiles)]
 
 
+def _grad_uniforms(lay: DocLayout, spec: AttnSpec, tile, heads: int, total_q: int,
+                   total_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The uniforms that round G stochastically on one key tile (NUMERICS.md 6): Philox words
+    0 (G in dQ) and 1 (G in dK) at offset (h * Tq + i) * Tk + j of packed query row i and key j,
+    each [B, H, Lq, C]."""
+    rows = lay.packing_q.index  # [B, Lq]
+    keys = lay.packing_k.index[:, tile.k0:tile.k1]  # [B, C]
+    head = torch.arange(heads, device=rows.device)
+    offset = (head[None, :, None, None] * total_q + rows[:, None, :, None]) * total_k + keys[:, None, None, :]
+    words = randint4x(spec.seed, offset)
+    return uniform24(words[0]), uniform24(words[1])
+
+
 def emulate_backward(fwd: EmulatedForward, do: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dO [Tq, Hq, D] -> (dq [Tq, Hq, D], dk [Tk, Hkv, D], dv [Tk, Hkv, D]) fp32, NUMERICS.md 4."""
     spec, tiles, num, lay = fwd.spec, fwd.tiles, fwd.numerics, fwd.layout
@@ -273,9 +288,13 @@ def emulate_backward(fwd: EmulatedForward, do: torch.Tensor) -> tuple[torch.Tens
         ds = pd * (dp - delta[..., None])
         g = (ds * qg[..., None]) * kg[:, :, None, k0:k1]            # [B, H, Lq, C]
 
+        u_dq = u_dk = None
+        if spec.recipe.rounds_grad_stochastically:
+            u_dq, u_dk = _grad_uniforms(lay, spec, tile, h, q.shape[0], k.shape[0])
+            u_dq, u_dk = u_dq.unflatten(-1, (chunk // dqn, dqn)), u_dk.unflatten(2, (lq // bm, bm))
         g_rows = g.unflatten(-1, (chunk // dqn, dqn))               # [B, H, Lq, S, dqn]
         e_row = num.grad_exponent(g_rows.abs().amax(-1))            # [B, H, Lq, S]
-        g_dq = num.round_grad(g_rows * exp2i(-e_row)[..., None])
+        g_dq = num.round_grad(g_rows * exp2i(-e_row)[..., None], u_dq)
         dq_steps = _on_diagonal(  # [B, H, Lq, S, D]
             lambda c: torch.einsum("bhqsn,bhsnd->bhqsd", g_dq, c[:, :, k0:k1].unflatten(2, (chunk // dqn, dqn))),
             kgc, k_diag, lambda: tile.diagonal(tiles.dq_block_m, tiles.dq_block_n)[..., ::dqn, None])
@@ -283,7 +302,7 @@ def emulate_backward(fwd: EmulatedForward, do: torch.Tensor) -> tuple[torch.Tens
 
         g_cols = g.unflatten(2, (lq // bm, bm))                     # [B, H, T, bm, C]
         e_col = num.grad_exponent(g_cols.abs().amax(3))             # [B, H, T, C]
-        g_dk = num.round_grad(g_cols * exp2i(-e_col)[:, :, :, None, :])
+        g_dk = num.round_grad(g_cols * exp2i(-e_col)[:, :, :, None, :], u_dk)
         dk_acc[:, :, k0:k1] += (torch.einsum("bhtmc,bhtmd->bhtcd", g_dk, q_steps) * exp2i(e_col)[..., None]).sum(2)
         p_steps = pq.unflatten(2, (lq // bm, bm))
         dv_acc[:, :, k0:k1] += (torch.einsum("bhtmc,bhtmd->bhtcd", p_steps, dot_steps)
@@ -317,14 +336,15 @@ class _EmulatedAttention(torch.autograd.Function):
 
 
 def emulated_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
-                       softmax_scale=None, window_size=(-1, -1), recipe="mxfp8", return_lse=False):
+                       softmax_scale=None, window_size=(-1, -1), recipe="mxfp8", return_lse=False, seed=0):
     """Differentiable emulated attention on packed documents, on the tiles ``numerics_tiles(D)``.
 
     Arguments as ``flamia.flash_attn_varlen_func`` (q: [Tq, Hq, D]; k, v: [Tk, Hkv, D]; recipe
     a name or a Recipe; softmax_scale None for 1/sqrt(D)), which hands it a resolved Recipe
     and float scale. Returns out [Tq, Hq, D] in q's dtype, and lse [Hq, Tq] fp32 (natural log,
-    not differentiable) when ``return_lse``."""
+    not differentiable) when ``return_lse``. seed: the random bits' seed where the recipe
+    rounds stochastically (``emulate_forward``)."""
     spec = _entry_spec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size,
-                       recipe, q.shape[-1])
+                       recipe, q.shape[-1], seed)
     out, lse = _EmulatedAttention.apply(q, k, v, spec)
     return (out, lse) if return_lse else out

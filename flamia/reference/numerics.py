@@ -80,8 +80,9 @@ class Numerics:
         as the hardware's satfinite convert would."""
         return round_to_e4m3(y, saturate=not self.recipe.check_saturation)
 
-    def round_grad(self, y: torch.Tensor) -> torch.Tensor:
-        """G (already scaled into range) -> its E4M3 values."""
+    def round_grad(self, y: torch.Tensor, u: "torch.Tensor | None" = None) -> torch.Tensor:
+        """G (already scaled into range) -> its E4M3 values. u: the uniforms of a route that
+        rounds G stochastically (``Recipe.rounds_grad_stochastically``), else None."""
         return round_to_e4m3(y)
 
     def grad_exponent(self, amax: torch.Tensor) -> torch.Tensor:
@@ -109,7 +110,7 @@ class Bf16Numerics(Numerics):
     def round_p(self, y):
         return y.to(torch.bfloat16).float()
 
-    def round_grad(self, y):
+    def round_grad(self, y, u=None):
         return y.to(torch.bfloat16).float()
 
     def grad_exponent(self, amax):

@@ -11,7 +11,7 @@ Group maxima of P skip masked keys, so no P group straddles the causal boundary;
 """
 import torch
 
-from ..formats.e2m1 import E2M1_MAX, round_to_e2m1
+from ..formats.e2m1 import E2M1_MAX, round_to_e2m1, round_to_e2m1_stochastic
 from ..formats.nvfp4 import round_e2m1_pow2
 from ..tiling import NumericsTiles
 from .numerics import Numerics
@@ -112,8 +112,8 @@ class Fp4Numerics(Nvfp4Numerics):
     def p4_everywhere(self) -> bool:
         return True
 
-    def round_grad(self, y):
-        return round_to_e2m1(y)
+    def round_grad(self, y, u=None):
+        return round_to_e2m1(y) if u is None else round_to_e2m1_stochastic(y, u)
 
     def grad_groups(self, tiles: NumericsTiles) -> tuple[int, int]:
         """G in both products: 16 tokens of one document per scale, as the other operands."""

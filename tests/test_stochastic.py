@@ -1,0 +1,126 @@
+"""The fp4 route's stochastic rounding of G (NUMERICS.md 6): the random bits are Triton's
+Philox (``tl.randint4x``) bit for bit, the rounding is exact and unbiased, and a call's
+gradients depend on its seed exactly where the contract says."""
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+import flamia
+from flamia import Recipe
+from flamia.formats import E2M1_VALUES, round_to_e2m1_stochastic
+from flamia.formats.philox import randint4x, uniform24
+from flamia.workload import make_packed_inputs
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@triton.jit
+def _randint4x_kernel(p_out, p_offset, seed, N: tl.constexpr):
+    o = tl.arange(0, N)
+    a, b, c, d = tl.randint4x(seed, tl.load(p_offset + o))
+    tl.store(p_out + o, a)
+    tl.store(p_out + N + o, b)
+    tl.store(p_out + 2 * N + o, c)
+    tl.store(p_out + 3 * N + o, d)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 987654321, 2 ** 40 + 7, 2 ** 63 - 1])
+def test_philox_is_tritons(seed):
+    """Offsets past 2^32 use the counter's high word, as Triton's do."""
+    offset = torch.arange(256, dtype=torch.int64) * 1_000_003 + (2 ** 33 + 5) * (seed % 2)
+    out = torch.empty(4 * 256, dtype=torch.int32, device=DEVICE)
+    _randint4x_kernel[(1,)](out, offset.to(DEVICE), seed, N=256)
+    assert torch.equal(out.cpu().long() & 0xFFFFFFFF, torch.cat(randint4x(seed, offset)))
+
+
+def test_philox_rejects_seeds_out_of_range():
+    with pytest.raises(ValueError, match="seed"):
+        randint4x(-1, torch.zeros(1))
+
+
+def test_stochastic_rounding_is_exact_and_unbiased():
+    """Grid values stay; others go to a grid neighbour with the probability that keeps the
+    mean: over stratified uniforms the mean is x within one stratum's weight."""
+    grid = torch.tensor(E2M1_VALUES)
+    grid = torch.cat([grid, -grid])
+    assert torch.equal(round_to_e2m1_stochastic(grid, torch.rand(grid.shape)), grid)
+    x = torch.tensor([0.1, 0.3, -0.7, 1.2, 1.99, 2.5, -3.3, 4.5, 5.9])
+    n = 4096
+    u = ((torch.arange(n) + 0.5) / n)[:, None].expand(n, x.numel())
+    rounded = round_to_e2m1_stochastic(x.expand(n, -1), u)
+    assert all(set(rounded[:, i].tolist()) <= set(grid.tolist()) for i in range(x.numel()))
+    spans = (rounded.amax(0) - rounded.amin(0)).abs()
+    assert torch.all(spans <= torch.tensor([0.5, 0.5, 0.5, 0.5, 0.5, 1, 1, 2, 2]))  # neighbours only
+    assert torch.allclose(rounded.mean(0), x, atol=2.0 / n)
+    assert round_to_e2m1_stochastic(torch.tensor([7.0, -9.0]), torch.zeros(2)).tolist() == [6.0, -6.0]
+
+
+def test_uniforms_are_multiples_of_two_to_minus_24():
+    u = uniform24(torch.tensor([0, 255, 256, 0xFFFFFFFF]))
+    assert u.tolist() == [0.0, 0.0, 2.0 ** -24, 1 - 2.0 ** -24]
+
+
+def test_recipe_default_and_validation():
+    assert Recipe("fp4").rounds_grad_stochastically and flamia.RECIPES["fp4"].rounds_grad_stochastically
+    assert not Recipe("fp4", stochastic_grad=False).rounds_grad_stochastically
+    assert not any(Recipe(name).rounds_grad_stochastically for name in ("mxfp8", "nvfp4", "bf16"))
+    with pytest.raises(ValueError, match="stochastic_grad"):
+        Recipe("nvfp4", stochastic_grad=True)
+    r = Recipe("fp4", stochastic_grad=False)
+    assert Recipe.from_key(r.key) == r
+
+
+def _grads(recipe, seed, inputs):
+    q, k, v = (x.clone().requires_grad_() for x in (inputs.q, inputs.k, inputs.v))
+    out = flamia.flash_attn_varlen_func(q, k, v, inputs.cu_seqlens, inputs.cu_seqlens, inputs.max_seqlen,
+                                        inputs.max_seqlen, causal=True, recipe=recipe, backend="reference", seed=seed)
+    return (out, *torch.autograd.grad(out, (q, k, v), inputs.do))
+
+
+@pytest.fixture(scope="module")
+def small():
+    return make_packed_inputs((37, 5, 22), heads_q=2, heads_kv=1, head_dim=64)
+
+
+def test_seed_decides_dq_and_dk_only(small):
+    """Same seed, same bits; another seed changes dQ and dK (G's two roundings), not O or dV."""
+    a, b, c = (_grads("fp4", seed, small) for seed in (3, 3, 4))
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert torch.equal(a[0], c[0]) and torch.equal(a[3], c[3])
+    assert not torch.equal(a[1], c[1]) and not torch.equal(a[2], c[2])
+
+
+def test_seed_none_follows_torch_manual_seed(small):
+    torch.manual_seed(11)
+    a = _grads("fp4", None, small)
+    torch.manual_seed(11)
+    b = _grads("fp4", None, small)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def test_nearest_rounding_and_other_recipes_ignore_the_seed(small):
+    for recipe in (Recipe("fp4", stochastic_grad=False), "mxfp8"):
+        a, b = _grads(recipe, 1, small), _grads(recipe, 2, small)
+        assert all(torch.equal(x, y) for x, y in zip(a, b)), recipe
+
+
+@pytest.mark.parametrize("seed", [-1, 2 ** 63, 1.5, "7"])
+def test_bad_seed_is_named(small, seed):
+    with pytest.raises(ValueError, match="^seed: "):
+        _grads("mxfp8", seed, small)
+
+
+def test_compiled_call_takes_the_seed(small):
+    """Under torch.compile (fullgraph) the seed is an op argument: the eager bits for that seed."""
+    q, k, v = small.q, small.k, small.v
+
+    def f(q, k, v):
+        return flamia.flash_attn_varlen_func(q, k, v, small.cu_seqlens, small.cu_seqlens, small.max_seqlen,
+                                             small.max_seqlen, causal=True, recipe="fp4", backend="reference", seed=5)
+
+    qs, ks, vs = (x.clone().requires_grad_() for x in (q, k, v))
+    out = torch.compile(f, fullgraph=True)(qs, ks, vs)
+    grads = torch.autograd.grad(out, (qs, ks, vs), small.do)
+    want = _grads("fp4", 5, small)
+    assert torch.equal(out, want[0]) and all(torch.equal(a, b) for a, b in zip(grads, want[1:]))
