@@ -91,6 +91,16 @@ def test_records_at_every_evaluation(full_run):
     assert (Path(cfg.ckpt_dir) / "bf16.pt").exists()
 
 
+def test_resume_continues_a_stochastic_run(corpus, tmp_path):
+    """fp4 draws each call's seed from torch's CPU generator: a resumed run draws the same ones."""
+    full = tiny_config(corpus, tmp_path / "full", run="fp4", steps=4)
+    train(full)
+    piece = tiny_config(corpus, tmp_path / "piece", run="fp4", steps=4, stop_at=3)
+    train(piece)
+    train(piece, resume=True)
+    assert results_of(piece)["records"] == results_of(full)["records"]
+
+
 def test_resume_continues_the_same_run(full_run, corpus, tmp_path, capsys):
     cfg, doc = full_run
     piece = tiny_config(corpus, tmp_path, stop_at=3)

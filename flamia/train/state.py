@@ -34,8 +34,10 @@ def _atomic_write(path: Path, write) -> None:
 
 
 def save_checkpoint(path: Path, cfg: TrainConfig, model, optimizer, progress: Progress) -> None:
+    # torch's CPU generator too: a stochastic recipe (fp4) draws each call's seed from it, so a
+    # resumed run continues the same sequence.
     state = {"config": asdict(cfg), "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-             "progress": asdict(progress)}
+             "progress": asdict(progress), "cpu_rng": torch.get_rng_state()}
     _atomic_write(path, lambda tmp: torch.save(state, tmp))
 
 
@@ -50,6 +52,8 @@ def load_checkpoint(path: Path, cfg: TrainConfig, model, optimizer) -> Progress:
                            "resume with the same settings or start afresh without --resume")
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
+    if "cpu_rng" in state:
+        torch.set_rng_state(state["cpu_rng"].cpu())
     return Progress(**state["progress"])
 
 
