@@ -24,6 +24,21 @@ def test_record_sees_allocations_and_flags_other_work():
     assert ops.other, "a fill is GPU work a replay would skip"
 
 
+def test_record_collects_this_threads_launches_only():
+    """launch.py appends to the list of the thread that records: another thread's launches,
+    and those after the record, go nowhere."""
+    import threading
+
+    from flamia.kernels import launch as launch_module
+    seen = []
+    with replay.record() as (launches, _):
+        assert launch_module.recording.launches is launches
+        other = threading.Thread(target=lambda: seen.append(getattr(launch_module.recording, "launches", None)))
+        other.start()
+        other.join()
+    assert seen == [None] and getattr(launch_module.recording, "launches", None) is None
+
+
 def test_build_refuses_what_it_cannot_replay():
     with replay.record() as (launches, ops):
         out = torch.empty(16)

@@ -17,6 +17,7 @@ the one place that relies on it.
 """
 import functools
 import operator
+import threading
 
 import torch
 from triton import knobs
@@ -27,7 +28,8 @@ from .fp8 import interpreting
 _MAX_KEYS = 512  # kept specializations; past this, new ones launch the ordinary way
 _OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")  # the launch options flamia passes
 _kept: dict = {}
-_recording: list | None = None  # replay.record's list: (compiled, grid, values) per launch, None if unkeyable
+# replay.record's list of this thread's launches, (compiled, grid, values) each, None where unkeyable
+recording = threading.local()
 _bindings: dict = {}  # (id(kernel), positional count) -> _Binding
 
 
@@ -152,8 +154,9 @@ def launch(kernel, grid: tuple, *args, **kwargs) -> None:
         compiled = _kept.get(key)
     except (KeyError, TypeError):  # not a call this path can key
         kernel[grid](*args, **kwargs)
-        if _recording is not None:
-            _recording.append(None)
+        record = getattr(recording, "launches", None)
+        if record is not None:
+            record.append(None)
         return
     if compiled is None:
         compiled = kernel[grid](*args, **kwargs)
@@ -162,5 +165,6 @@ def launch(kernel, grid: tuple, *args, **kwargs) -> None:
     else:
         compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, _stream(device),
                      compiled.function, compiled.packed_metadata, None, None, None, *values)
-    if _recording is not None:
-        _recording.append((compiled, grid, values))
+    record = getattr(recording, "launches", None)
+    if record is not None:
+        record.append((compiled, grid, values))

@@ -69,12 +69,13 @@ def record():
     """Runs the body's launches and aten ops under watch; yields (launches, ops)."""
     launches: list = []
     ops = _Ops()
-    previous, _launch._recording = _launch._recording, launches
+    previous = getattr(_launch.recording, "launches", None)
+    _launch.recording.launches = launches
     try:
         with ops:
             yield launches, ops
     finally:
-        _launch._recording = previous
+        _launch.recording.launches = previous
 
 
 @dataclass(frozen=True)
