@@ -1,5 +1,6 @@
 """Host overhead of one eager training call (forward + backward), next to its CUDA-graphed
-time, for flamia and FlashAttention-2 (aten), each provider alone.
+time, for flamia, FlashAttention-2 (aten) and, where flash_attn.cute imports (the FA4 wheel
+bundle, benchmarks/README.md), FlashAttention-4; each provider alone.
 
     PYTHONPATH=. python3 benchmarks/host_overhead.py [--workloads eq4x4k,...] [--out DIR]
 
@@ -13,6 +14,7 @@ Writes results.json, results.md and results.png under --out
 (default benchmarks/results/<date>-<gpu>-host).
 """
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -36,7 +38,11 @@ def providers(case):
     def flamia_call(q, k, v):
         return attn(q, k, v, i.cu_seqlens, i.cu_seqlens, i.max_seqlen, i.max_seqlen, causal)[0]
 
-    return {"flamia mxfp8": autograd_job(flamia_call, i, "train"), "FA2": fa2_job(case, "train")}
+    jobs = {"flamia mxfp8": autograd_job(flamia_call, i, "train"), "FA2": fa2_job(case, "train")}
+    if importlib.util.find_spec("flash_attn") is not None:
+        from flamia.bench.peers_fa4 import fa4_job
+        jobs["FA4"] = fa4_job(case, "train")
+    return jobs
 
 
 def graphed_ms(job, calls: int) -> float:
