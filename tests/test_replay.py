@@ -171,3 +171,24 @@ def test_replay_on_views_of_one_buffer(monkeypatch):
         for a, b in zip(call(), want):
             assert torch.equal(a, b)
     assert [p for p in kernel_ops._programs.table.values() if p is not None], "views of one buffer were not recorded"
+
+
+@cuda
+@pytest.mark.gpu
+def test_replay_with_other_lengths_of_the_same_shape(monkeypatch):
+    """A program is keyed by shapes, not by cu_seqlens' values: documents of other lengths with
+    the same total and count replay the recorded launches and still get the ordinary bits."""
+    if not replay._LAUNCHER:
+        pytest.skip("needs Triton 3.6's launcher")
+    first = make_packed_inputs((300, 45, 7), heads_q=8, heads_kv=2, head_dim=128, device="cuda")
+    other = make_packed_inputs((100, 245, 7), heads_q=8, heads_kv=2, head_dim=128, seed=1, device="cuda")
+    monkeypatch.setattr(kernel_ops, "_programs", replay.Programs())
+    monkeypatch.setattr(replay, "_LAUNCHER", False)
+    want = _grads(other, "mxfp8", True, (-1, -1))
+    monkeypatch.setattr(replay, "_LAUNCHER", True)
+    for _ in range(2):
+        _grads(first, "mxfp8", True, (-1, -1))  # records, then replays forward and records backward
+    got = _grads(other, "mxfp8", True, (-1, -1))
+    assert len([p for p in kernel_ops._programs.table.values() if p is not None]) == 1
+    for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), got, want):
+        assert torch.equal(a, b), name
