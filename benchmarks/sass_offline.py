@@ -173,7 +173,8 @@ def ptxas_warnings(ptx: str) -> list[str]:
 
 def read_sass(cubin: bytes) -> dict:
     """Registers, local memory, QGMMA and spill counts, the opcode mix, the sizes of the loops
-    that hold an MMA (a backward branch's body) and the smallest one's opcode mix."""
+    that hold an MMA (a backward branch's body) and the smallest one's opcode mix, whole and
+    on its straight path (``_straight_path``)."""
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
@@ -181,23 +182,45 @@ def read_sass(cubin: bytes) -> dict:
         usage = subprocess.run([_tool("cuobjdump"), "-res-usage", f.name], capture_output=True, text=True).stdout
     lines = re.findall(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);", sass)
     code = [(int(addr, 16), op.split(".")[0], rest) for addr, op, rest in lines]
-    loops = []
+    loops = []  # (first address, branch address) of each loop whose body holds an MMA
     for addr, op, rest in code:
         target = re.search(r"0x([0-9a-f]+)", rest) if op == "BRA" else None
         if target and int(target.group(1), 16) < addr:
-            body = [o for a, o, _ in code if int(target.group(1), 16) <= a <= addr]
-            if any(o in _MMA for o in body):
-                loops.append(body)
-    # The smallest loop with an MMA: the unmasked step loop (the masked one adds the mask).
-    inner = min(loops, key=len) if loops else []
+            lo = int(target.group(1), 16)
+            if any(o in _MMA for a, o, _ in code if lo <= a <= addr):
+                loops.append((lo, addr))
+    # The smallest loop with an MMA: the step loop. Where one loop serves masked and unmasked
+    # tiles (the Gluon forward), a forward branch skips the mask: its straight path leaves out
+    # every stretch that a forward branch inside the loop can jump over.
+    lo, hi = min(loops, key=lambda span: _count(code, *span)) if loops else (1, 0)
+    inner = [o for a, o, _ in code if lo <= a <= hi]
+    straight = _straight_path(code, lo, hi)
     regs = dict(re.findall(r"(REG|STACK|LOCAL):(\d+)", usage))
     ops = [o for _, o, _ in code]
     return {"regs": int(regs.get("REG", -1)), "stack_bytes": int(regs.get("STACK", -1)),
             "instructions": len(ops), "QGMMA": ops.count("QGMMA"), "HGMMA": ops.count("HGMMA"),
             "LDL/STL": ops.count("LDL") + ops.count("STL"),
             "opcodes": dict(collections.Counter(ops).most_common()),
-            "mma_loops": sorted(len(body) for body in loops),
-            "inner_loop": {"instructions": len(inner), "opcodes": dict(collections.Counter(inner).most_common())}}
+            "mma_loops": sorted(_count(code, *span) for span in loops),
+            "inner_loop": {"instructions": len(inner), "opcodes": dict(collections.Counter(inner).most_common()),
+                           "straight": {"instructions": len(straight),
+                                        "opcodes": dict(collections.Counter(straight).most_common())}}}
+
+
+def _count(code: list, lo: int, hi: int) -> int:
+    """Instructions at addresses lo..hi of ``code`` ((address, opcode, operands) each)."""
+    return sum(lo <= a <= hi for a, _, _ in code)
+
+
+def _straight_path(code: list, lo: int, hi: int) -> list:
+    """The opcodes at addresses lo..hi without the stretches that a forward branch among them
+    can skip (from the branch to its target)."""
+    skipped = []
+    for addr, op, rest in code:
+        target = re.search(r"0x([0-9a-f]+)", rest) if op == "BRA" and lo <= addr <= hi else None
+        if target and addr < int(target.group(1), 16) <= hi:
+            skipped.append((addr, int(target.group(1), 16)))
+    return [o for a, o, _ in code if lo <= a <= hi and not any(b < a < t for b, t in skipped)]
 
 
 def main(argv=None) -> int:
@@ -234,8 +257,10 @@ def main(argv=None) -> int:
         for warning in r["ptxas_warnings"]:
             print(f"  ptxas: {warning}", flush=True)
         if r["mma_loops"]:
-            print(f"  loops with an MMA: {r['mma_loops']} instructions; the smallest: "
-                  + ", ".join(f"{op} {n}" for op, n in list(r["inner_loop"]["opcodes"].items())[:24]), flush=True)
+            step = r["inner_loop"]
+            print(f"  loops with an MMA: {r['mma_loops']} instructions; the smallest, "
+                  f"{step['straight']['instructions']} on its straight path (forward branches taken): "
+                  + ", ".join(f"{op} {n}" for op, n in list(step["straight"]["opcodes"].items())[:24]), flush=True)
     if args.out:
         json.dump({"workload": args.workload, "recipe": args.recipe, "kernels": report}, open(args.out, "w"), indent=1)
     return 0

@@ -1,6 +1,7 @@
 """benchmarks/sass_offline.py: the attention kernels compile for Hopper (sm_90a) without a GPU,
 with the launch arguments of a real training call, and both of each kernel's products are FP8
-wgmma (QGMMA) in the SASS, inside its step loops, which ptxas did not serialize (C7512)."""
+wgmma (QGMMA) in the SASS, inside its step loops, which ptxas did not serialize (C7512); the
+forward's unmasked tiles branch around the mask."""
 import json
 import shutil
 import sys
@@ -29,6 +30,15 @@ def test_attention_kernels_use_fp8_wgmma(tmp_path):
         assert "HMMA" not in step and "HGMMA" not in step, f"{label}: a 16-bit MMA in the step loop"
         serialized = [w for w in r["ptxas_warnings"] if "C7512" in w]
         assert not serialized, f"{label}: ptxas serialized every wgmma: {serialized}"
+        straight = r["inner_loop"]["straight"]["opcodes"]
+        assert straight.get("QGMMA", 0) == step["QGMMA"], f"{label}: a branch can skip a product"
+    # The forward runs masked and unmasked tiles in one loop: a branch must skip the mask (two
+    # compares and two selects per score, a quarter of the step) on the tiles every row sees.
+    forward = next(r for label, r in kernels.items() if label.startswith("attn_fwd_gluon_kernel"))
+    scores_per_thread = 64 * 128 // 128
+    assert forward["inner_loop"]["opcodes"].get("FSEL", 0) >= scores_per_thread, "no mask in the forward's loop?"
+    assert forward["inner_loop"]["straight"]["opcodes"].get("FSEL", 0) < scores_per_thread // 4, \
+        "the forward's unmasked tiles run the mask"
 
 
 @needs_cuobjdump
