@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 import triton
 from torch.utils._python_dispatch import TorchDispatchMode
+from triton import knobs
 
 from . import launch as _launch
 from .fp8 import interpreting
@@ -42,7 +43,6 @@ _LAUNCHER = triton.__version__.startswith("3.6.")
 
 def available() -> bool:
     """Whether calls may replay now: Triton's 3.6 launcher, no launch hook, not interpreting."""
-    from triton import knobs
     return (_LAUNCHER and not interpreting() and not _launch._hooked(knobs.runtime.launch_enter_hook)
             and not _launch._hooked(knobs.runtime.launch_exit_hook))
 
