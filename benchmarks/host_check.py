@@ -1,16 +1,18 @@
-"""Check and measure the host path of the eager training call on the GPU (flamia/kernels/launch.py).
+"""Check and measure the host path of the eager training call on the GPU (flamia/kernels/launch.py,
+flamia/kernels/replay.py).
 
     PYTHONPATH=. python3 benchmarks/host_check.py [--workloads eq4x4k,...] [--skip-bench] [--compile-tests] [--no-pytest] [--out DIR]
 
-1. Direct launches (the kept compiled kernels' launchers) against Triton's ordinary launch,
-   bit for bit: out, lse, dq, dk, dv on packed documents of odd lengths, with GQA, head dims
-   64 and 128, causal and windowed masks; then the fused launches (plan, key and query
-   records) against the separate builders they replace (tests/test_kernel_plan.py) and the
-   training call against the emulator (tests/test_kernel_ops.py); torch.compile against
-   eager (tests/test_compile.py) with --compile-tests (a minute or two more).
+1. The three host paths bit for bit: Triton's ordinary launches, direct launches (the kept
+   compiled kernels' launchers) and replayed programs; out, lse, dq, dk, dv on packed
+   documents of odd lengths, with GQA, head dims 64 and 128, causal and windowed masks; then
+   the fused launches (plan, key and query records) against the separate builders they
+   replace (tests/test_kernel_plan.py), the training call against the emulator
+   (tests/test_kernel_ops.py) and replay's own tests (tests/test_replay.py); torch.compile
+   against eager (tests/test_compile.py) with --compile-tests (a minute or two more).
 2. benchmarks/host_overhead.py's measurement (host ms per call, launches per call, eager
-   and graphed ms) on the six workloads, flamia and FA2, and flamia's host time with the
-   direct launches switched off on the first workload.
+   and graphed ms) on the six workloads, and flamia's host time on the first workload with
+   replay off, then with direct launches off too.
 """
 import argparse
 import sys
@@ -19,7 +21,8 @@ import time
 import torch
 
 import flamia
-from flamia.kernels import launch
+from flamia.kernels import launch, replay
+from flamia.kernels import ops as kernel_ops
 
 CASES = (  # lengths, heads_q, heads_kv, head_dim, causal, window
     ((1000, 333, 1, 77), 8, 2, 128, True, (-1, -1)),
@@ -36,13 +39,16 @@ def call(inputs, causal, window):
     return (out, lse, *torch.autograd.grad(out, (q, k, v), inputs.do))
 
 
-KEEP = launch._MAX_KEYS
+KEEP, REPLAY = launch._MAX_KEYS, replay._LAUNCHER
 
 
-def plain_launches(enabled: bool) -> None:
-    """Switch the kept kernels off (every launch through ``kernel[grid]``) or back on."""
+def host_path(kept: bool, replayed: bool) -> None:
+    """Kept compiled kernels on or off (off: every launch through ``kernel[grid]``), replayed
+    programs on or off; both start empty."""
     launch._kept.clear()
-    launch._MAX_KEYS = KEEP if enabled else 0
+    launch._MAX_KEYS = KEEP if kept else 0
+    replay._LAUNCHER = REPLAY and replayed
+    kernel_ops._programs = replay.Programs()
 
 
 def check_bits(compile_tests: bool, pytest_files: bool) -> bool:
@@ -50,21 +56,26 @@ def check_bits(compile_tests: bool, pytest_files: bool) -> bool:
     ok = True
     for lengths, hq, hkv, d, causal, window in CASES:
         inputs = make_packed_inputs(lengths, heads_q=hq, heads_kv=hkv, head_dim=d, seed=sum(lengths), device="cuda")
-        plain_launches(False)
+        host_path(kept=False, replayed=False)
         want = call(inputs, causal, window)
-        plain_launches(True)
+        host_path(kept=True, replayed=False)
         call(inputs, causal, window)  # keeps the compiled kernels
         kept = len(launch._kept)
-        got = call(inputs, causal, window)  # launches them directly
+        direct = call(inputs, causal, window)  # launches them directly
+        host_path(kept=True, replayed=True)
+        for _ in range(3):  # records, then replays the forward (and records the backward), then both
+            replayed = call(inputs, causal, window)
+        programs = sum(p is not None for p in kernel_ops._programs.table.values())
         torch.cuda.synchronize()
-        same = [torch.equal(a, b) for a, b in zip(got, want)]
-        ok &= all(same) and kept > 0
+        same = [torch.equal(a, b) and torch.equal(c, b) for a, c, b in zip(direct, replayed, want)]
+        ok &= all(same) and kept > 0 and (programs > 0 or not REPLAY)
         print(f"lengths {lengths} Hq {hq} Hkv {hkv} d {d} causal {causal} window {window}: "
-              f"{kept} kept kernels, bitwise equal (out, lse, dq, dk, dv) {same}", flush=True)
+              f"{kept} kept kernels, {programs} program(s), direct and replayed bitwise equal to plain "
+              f"(out, lse, dq, dk, dv) {same}", flush=True)
     if not pytest_files:
         return ok
     import pytest
-    tests = ["tests/test_kernel_plan.py", "tests/test_kernel_ops.py"]
+    tests = ["tests/test_kernel_plan.py", "tests/test_kernel_ops.py", "tests/test_replay.py"]
     tests += ["tests/test_compile.py"] if compile_tests else []
     rc = pytest.main(["-q", "-p", "no:cacheprovider", *tests])
     print(f"{' '.join(tests)} on the GPU: {'passed' if rc == 0 else 'FAILED'}", flush=True)
@@ -81,12 +92,12 @@ def bench(names: list[str], out: str | None) -> None:
         host_overhead.write(rows, out)
     case = make_case(WORKLOADS[names[0]], "cuda")
     job = host_overhead.providers(case)["flamia mxfp8"]
-    plain_launches(False)
-    for _ in range(3):
-        job()
-    print(f"{names[0]:16s} flamia mxfp8, direct launches off: host {host_overhead.host_ms(job, 10):.3f} ms",
-          flush=True)
-    plain_launches(True)
+    for label, kept in (("replay off", True), ("replay and direct launches off", False)):
+        host_path(kept=kept, replayed=False)
+        for _ in range(3):
+            job()
+        print(f"{names[0]:16s} flamia mxfp8, {label}: host {host_overhead.host_ms(job, 10):.3f} ms", flush=True)
+    host_path(kept=True, replayed=True)
 
 
 def main() -> None:
