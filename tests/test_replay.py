@@ -56,6 +56,81 @@ def test_build_refuses_what_it_cannot_replay():
         replay.Program.build(launches, ops, [], [], [])
 
 
+class _FakeCompiled:
+    """What ``replay._step`` reads of a Triton 3.6 CompiledKernel, with a launcher that notes
+    its arguments: signature (p_in, p_out, p_tmp, p_res, n, BLOCK), no descriptor."""
+
+    def __init__(self):
+        self.calls = []
+        self.function, self.packed_metadata = 7, (4, 1, 0)
+        self.src = type("Src", (), {"signature": {"p_in": "*fp32", "p_out": "*fp32", "p_tmp": "*fp32",
+                                                  "p_res": "*i32", "n": "i32", "BLOCK": "constexpr"}})()
+        self.metadata = type("Meta", (), {"global_scratch_size": 0, "profile_scratch_size": 0,
+                                          "tensordesc_meta": None})()
+        launcher = type("Launcher", (), {"launch_cooperative_grid": False, "launch_pdl": False})()
+        launcher.launch = lambda *args: self.calls.append(args)
+        self.run = launcher
+
+
+def test_program_maps_every_pointer_to_its_slot(monkeypatch):
+    """A recorded call's pointers become slots: an input at its offset, an output, a piece of
+    the workspace (what the backward reads) or of the scratch; replayed on new tensors, each
+    launch gets the new addresses, and the residuals come back as views of the workspace."""
+    monkeypatch.setattr(replay._launch, "_device", lambda: 0)
+    monkeypatch.setattr(replay._launch, "_stream", lambda device: 99)
+    kernel = _FakeCompiled()
+    x = torch.arange(64, dtype=torch.float32)
+    with replay.record() as (launches, ops):
+        out = torch.empty(64)
+        tmp = torch.empty((8, 8))
+        res = torch.empty(40, dtype=torch.int32)
+        launches.append((kernel, (4, 2), (x[16:], out, tmp[1], res[8:], 48, 16)))
+    program = replay.Program.build(launches, ops, [x], [out], [res[8:].view(4, 8)])
+    assert program.scratch >= tmp.numel() * 4 and program.workspace >= res.numel() * 4
+
+    y = torch.arange(64, dtype=torch.float32) + 1
+    (new_out,), workspace = program([y], y.device)
+    (args,) = kernel.calls
+    grid, stream, base = args[:3], args[3], args[13:]
+    assert grid == (4, 2, 1) and stream == 99 and args[4] == 7 and args[9] == (4, 1, 0)
+    assert base[0] == y.data_ptr() + 16 * 4 and base[1] == new_out.data_ptr()
+    assert base[3] == workspace.data_ptr() + 8 * 4 and base[4:] == (48, 16)
+    assert new_out.shape == out.shape and new_out.dtype == out.dtype and new_out.data_ptr() != out.data_ptr()
+    assert not workspace.data_ptr() <= base[2] < workspace.data_ptr() + program.workspace  # scratch
+    (view,) = program.views(workspace)
+    assert view.shape == (4, 8) and view.dtype == torch.int32 and view.data_ptr() == base[3]
+
+
+def test_descriptors_are_rebuilt_per_new_base_only(monkeypatch):
+    """A TMA descriptor argument expands to (tensor map, shape, strides); the map is made again
+    only for a base address the step has not seen."""
+    monkeypatch.setattr(replay._launch, "_device", lambda: 0)
+    monkeypatch.setattr(replay._launch, "_stream", lambda device: 0)
+    made = []
+    monkeypatch.setattr(replay, "_descriptor_maker",
+                        lambda desc, meta: lambda ptr: made.append(ptr) or ("map", ptr))
+    kernel = _FakeCompiled()
+    calls = kernel.calls
+    kernel.src.signature = {"x_desc": "tensordesc<fp8e4nv[64, 128]>", "n": "i32"}
+    kernel.metadata.tensordesc_meta = [{"swizzle": 3}]
+
+    def launcher(*args):
+        calls.append(args)
+
+    monkeypatch.setattr(replay, "_closure", lambda fn: {"launcher": launcher})
+    x = torch.zeros((256, 128), dtype=torch.uint8)
+    desc = type("Desc", (), {"base": x[64:], "shape": [192, 128], "strides": [128, 1], "padding": "zero"})()
+    with replay.record() as (launches, ops):
+        launches.append((kernel, (3,), (desc, 5)))
+    program = replay.Program.build(launches, ops, [x], [], [])
+    y = torch.zeros_like(x)
+    for inputs in ([y], [y], [x]):
+        program(inputs, y.device)
+    assert [args[13:] for args in calls] == [(("map", y.data_ptr() + 64 * 128), 192, 128, 128, 1, 5)] * 2 + [
+        (("map", x.data_ptr() + 64 * 128), 192, 128, 128, 1, 5)]
+    assert made == [y.data_ptr() + 64 * 128, x.data_ptr() + 64 * 128]
+
+
 def test_pack_aligns_each_allocation():
     a, b = torch.empty(3, dtype=torch.uint8), torch.empty(1000, dtype=torch.float32)
     offsets, size = replay._pack([a, b, a])
