@@ -144,24 +144,18 @@ def forward_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """``forward`` for eager autograd: (out, lse, the tensors to save, the program that made
     them or None). With a program the saved tensors are its workspace alone."""
     inputs = _inputs(spec, q, k, v)
-    if not (replay.available() and _aligned(*inputs)):
-        out, lse, res = forward(q, k, v, spec)
-        return out, lse, list(res), None
-    cu_q, cu_k = spec.cu_seqlens_q, spec.cu_seqlens_k
-    key = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype, cu_q.shape,
-           cu_k.shape, cu_q.stride(), cu_k.stride(), cu_k is cu_q, spec.causal, spec.softmax_scale, spec.window_size,
-           spec.recipe, q.device, _device())
-    program = _programs.get(key)
-    if program is None:
-        out, lse, res = forward(q, k, v, spec)
-        return out, lse, list(res), None
-    if program is ...:
-        with replay.record() as (launches, ops):
+    program = key = None
+    if replay.available() and _aligned(*inputs):
+        cu_q, cu_k = spec.cu_seqlens_q, spec.cu_seqlens_k
+        key = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype, cu_q.shape,
+               cu_k.shape, cu_q.stride(), cu_k.stride(), cu_k is cu_q, spec.causal, spec.softmax_scale,
+               spec.window_size, spec.recipe, q.device, _device())
+        program = _programs.get(key)
+    if program is None or program is ...:
+        with replay.record(enabled=program is ...) as (launches, ops):
             out, lse, res = forward(q, k, v, spec)
-        try:
-            _programs.put(key, replay.Program.build(launches, ops, inputs, [out, lse], list(res)))
-        except LookupError:
-            _programs.put(key, None)
+        if program is ...:
+            _programs.put(key, replay.Program.try_build(launches, ops, inputs, [out, lse], list(res)))
         return out, lse, list(res), None
     (out, lse), workspace = program(inputs, q.device)
     return out, lse, [workspace], program
@@ -174,19 +168,14 @@ def backward_eager(dout: torch.Tensor, out: torch.Tensor, saved: list, spec: Att
         return backward(dout, out, Residuals(*saved), spec)
     workspace = saved[0]
     inputs = _inputs(spec, dout, out, workspace)
-    table = program.backward = program.backward or replay.Programs()
     key = (dout.shape, dout.dtype, dout.stride(), out.dtype, out.stride(), _device())
-    grads = table.get(key) if replay.available() and _aligned(dout, out) else None
+    grads = program.backward.get(key) if replay.available() and _aligned(dout, out) else None
     if grads is None or grads is ...:
         res = Residuals(*program.views(workspace))
-        if grads is None:
-            return backward(dout, out, res, spec)
-        with replay.record() as (launches, ops):
+        with replay.record(enabled=grads is ...) as (launches, ops):
             dq, dk, dv = backward(dout, out, res, spec)
-        try:
-            table.put(key, replay.Program.build(launches, ops, inputs, [dq, dk, dv], []))
-        except LookupError:
-            table.put(key, None)
+        if grads is ...:
+            program.backward.put(key, replay.Program.try_build(launches, ops, inputs, [dq, dk, dv], []))
         return dq, dk, dv
     (dq, dk, dv), _ = grads(inputs, dout.device)
     return dq, dk, dv

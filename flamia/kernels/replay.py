@@ -21,6 +21,7 @@ takes the ordinary path.
 """
 import collections
 import contextlib
+import types
 from dataclasses import dataclass
 
 import torch
@@ -65,8 +66,12 @@ class _Ops(TorchDispatchMode):
 
 
 @contextlib.contextmanager
-def record():
-    """Runs the body's launches and aten ops under watch; yields (launches, ops)."""
+def record(enabled: bool = True):
+    """Runs the body's launches and aten ops under watch; yields (launches, ops), or
+    (None, None) and watches nothing when not ``enabled``."""
+    if not enabled:
+        yield None, None
+        return
     launches: list = []
     ops = _Ops()
     previous = getattr(_launch.recording, "launches", None)
@@ -145,9 +150,8 @@ def _descriptor_maker(desc, meta):
     """ptr -> the CUtensorMap of ``desc`` with its base at ptr (Triton 3.6's expansion)."""
     from triton.backends.nvidia.driver import make_tensordesc_arg
 
-    shim = type("Descriptor", (), {})()
-    vars(shim).update(shape=list(desc.shape), strides=list(desc.strides), padding=desc.padding,
-                      round_f32_to_tf32=getattr(desc, "round_f32_to_tf32", False))
+    shim = types.SimpleNamespace(shape=list(desc.shape), strides=list(desc.strides), padding=desc.padding,
+                                 round_f32_to_tf32=getattr(desc, "round_f32_to_tf32", False))
 
     def make(ptr: int):
         shim.base = _Base(ptr)
@@ -210,7 +214,7 @@ class Program:
 
     def __init__(self, steps: list[_Step], outputs: list, workspace: int, scratch: int, kept: list):
         self.steps, self.outputs, self.workspace, self.scratch, self.kept = steps, outputs, workspace, scratch, kept
-        self.backward = None  # the backward's Program, once recorded (forward programs only)
+        self.backward = Programs()  # a forward program's backward programs, by dO's layout
 
     @classmethod
     def build(cls, launches: list, ops: _Ops, inputs: list, outputs: list, kept: list) -> "Program":
@@ -255,6 +259,14 @@ class Program:
                 raise LookupError("a residual outside the workspace")
             kept_views.append((tuple(k.shape), k.stride(), k.dtype, region.offset))
         return cls(steps, [(tuple(t.shape), t.dtype) for t in outputs], ws_size, tmp_size, kept_views)
+
+    @classmethod
+    def try_build(cls, *record) -> "Program | None":
+        """``build``, or None for a call that is not replayable."""
+        try:
+            return cls.build(*record)
+        except LookupError:
+            return None
 
     def __call__(self, inputs: list, device: torch.device) -> tuple[list, torch.Tensor | None]:
         """(the outputs, the workspace or None when it is empty) for inputs laid out as the
