@@ -5,6 +5,7 @@ import torch
 
 from flamia.formats import E4M3_MAX, round_to_e2m1, round_to_e4m3
 from flamia.formats.e2m1 import e2m1_codes, e2m1_decode
+from flamia.formats.scales import scale_exponent
 from flamia.formats.nvfp4 import NVFP4_GROUP, e4m3_round_up, quantize_nvfp4, round_e2m1_pow2
 
 E4M3_GRID = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
@@ -47,9 +48,29 @@ def test_scales_are_e4m3_values_rounded_up_and_nothing_clamps():
     below = E4M3_GRID[(torch.searchsorted(E4M3_GRID, t.scales) - 1).clamp(min=0)].double()
     needs = amax16 / (below * t.g.double()[..., None])
     assert bool((needs[nonzero & (below > 0)] > 6.0).all())
-    # g = row max / 2688 gives the row's largest group the largest scale.
+    # g = 2^(e - 2) with amax in (224, 448] * 2^e puts the row's largest group scale in
+    # (149, 299] before rounding up: [160, 320] on the grid, the same relative precision as 448.
     rows = x.abs().amax(-1) > 0
-    assert bool((t.scales.amax(-1)[rows] == E4M3_MAX).all())
+    top = t.scales.amax(-1)[rows]
+    assert bool(((top >= 160) & (top <= 320)).all())
+    assert torch.equal(t.g, torch.ldexp(torch.ones_like(t.g), t.exps - 2))
+
+
+def test_shared_exponents_of_a_token_block():
+    """The mixed route's g shares its MXFP8 operand's token-block exponent: rows far below the
+    block's maximum get smaller scales and the same codes' precision, and nothing clamps;
+    exponents below a row's own maximum are refused, not clamped."""
+    x = _inputs(seed=5, tokens=64)
+    block = scale_exponent(x.abs().unflatten(0, (-1, 32)).amax((1, 3)), E4M3_MAX)  # [2, H]
+    exps = block.repeat_interleave(32, 0)                                           # [T, H]
+    t = quantize_nvfp4(x, exps)
+    assert torch.equal(t.exps, exps) and float(t.scales.max()) <= E4M3_MAX
+    assert float(_scaled(t, x, torch.float32).abs().max()) <= 6.0
+    own = quantize_nvfp4(x)
+    same = exps == own.exps
+    assert torch.equal(t.codes[same], own.codes[same]) and torch.equal(t.scales[same], own.scales[same])
+    with pytest.raises(AssertionError, match="448"):
+        quantize_nvfp4(x * 4.0, exps)
 
 
 def test_group_maxima_next_to_grid_multiples_of_the_row_scale():
@@ -130,16 +151,18 @@ def test_bad_head_dim_names_the_argument():
         quantize_nvfp4(torch.ones(2, 3, 24))
 
 
-def test_row_scale_is_the_division():
-    """g = fl(amax / 2688), one IEEE division (the kernel's div_rn), not a multiply by the
-    rounded reciprocal, which differs in about 1 row in 5."""
+def test_row_scale_is_a_power_of_two_from_the_row_max():
+    """g = 2^(e - 2), e the smallest integer with amax <= 448 * 2^e (checked in fp64, apart
+    from the bit arithmetic of ``scale_exponent``); an all-zero row takes the clamp -100."""
     x = _inputs(seed=5)
-    amax = x.abs().amax(-1)
-    g = quantize_nvfp4(x).g
-    # the quotient rounded once (in fp64 then to fp32: 53 >= 2 * 24 + 2 bits, so no double rounding)
-    g0 = torch.where(amax > 0, (amax.double() / 2688).float(), 1.0)
-    short = amax / (448 * g0) > 6
-    assert torch.equal(g, torch.where(short, torch.nextafter(g0, torch.tensor(float("inf"))), g0))
+    amax = x.double().abs().amax(-1)
+    t = quantize_nvfp4(x)
+    e = t.exps.double()
+    nonzero = amax > 0
+    assert bool((amax[nonzero] <= 448 * 2.0 ** e[nonzero]).all())
+    assert bool((amax[nonzero] > 448 * 2.0 ** (e[nonzero] - 1)).all())
+    assert bool((e[~nonzero] == -100).all())
+    assert torch.equal(t.g.double(), 2.0 ** (e - 2))
 
 
 @pytest.mark.gpu

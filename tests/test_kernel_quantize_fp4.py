@@ -1,20 +1,23 @@
 """The fused NVFP4 quantizer (flamia/kernels/quantize_fp4.py) against its torch reference
 (flamia/formats/nvfp4.py's quantize_nvfp4, reference/operands_fp4.py's nvfp4_operand): packed
-codes, E4M3 scales and g bit for bit, and the Triton helpers of flamia/kernels/fp4.py against
+codes, E4M3 scales and exponents bit for bit, and the Triton helpers of flamia/kernels/fp4.py against
 flamia.formats value by value. Without CUDA the kernels run on Triton's CPU interpreter."""
 import pytest
 import torch
 import triton
 import triton.language as tl
 
-from flamia.formats.e2m1 import e2m1_codes, e2m1_decode, pack_e2m1, unpack_e2m1
+from flamia.formats.e2m1 import e2m1_codes, e2m1_decode, pack_e2m1, round_to_e2m1, unpack_e2m1
 from flamia.formats.e4m3 import E4M3_MAX
 from flamia.formats.hadamard import hadamard_transform
 from flamia.formats.nvfp4 import NVFP4_GROUP, e4m3_round_up, quantize_nvfp4
 from flamia.kernels.fp4 import e2m1_codes as e2m1_codes_kernel
 from flamia.kernels.fp4 import e4m3_round_up as e4m3_round_up_kernel
-from flamia.kernels.quantize_fp4 import quantize_nvfp4_operand
+from flamia.kernels.fp4 import round_e2m1 as round_e2m1_kernel
+from flamia.kernels.quantize import quantize_operand
+from flamia.kernels.quantize_fp4 import nvfp4_score_codes, quantize_nvfp4_operand
 from flamia.kernels.worklist import tile_list
+from flamia.reference.operands import quantize_operand as reference_operand
 from flamia.reference.operands_fp4 import nvfp4_operand
 
 # The interpreter's numpy warns on the 0 / 0 and x / 0 of zero scales, which the kernel
@@ -66,15 +69,15 @@ def _assert_matches_reference(x: torch.Tensor, cu: torch.Tensor, hadamard: bool)
     total, heads, d = x.shape
     assert got.codes.dtype == torch.uint8 and got.codes.shape == (total, heads, d // 2)
     assert got.scales.dtype == torch.float8_e4m3fn and got.scales.shape == (total, heads, d // NVFP4_GROUP)
-    assert got.g.dtype == torch.float32 and got.g.shape == (total, heads)
+    assert got.exps.dtype == torch.int8 and got.exps.shape == (total, heads)
     assert torch.equal(got.codes, pack_e2m1(want.codes))
     assert torch.equal(unpack_e2m1(got.codes), want.codes)  # the nibbles round-trip
     assert torch.equal(_bits(got.scales), _bits(want.scales))
-    assert torch.equal(_bits(got.g), _bits(want.g))
-    # the emulator's operand: values code x scale and factor g
+    assert torch.equal(got.exps.int(), want.exps)
+    # the emulator's operand: codes = code x scale x 2^-2, exponents e
     op = nvfp4_operand(x, rotate=hadamard)
     values = e2m1_decode(unpack_e2m1(got.codes)) * got.scales.float().repeat_interleave(NVFP4_GROUP, -1)
-    assert torch.equal(_bits(values), _bits(op.codes)) and torch.equal(_bits(got.g), _bits(op.factor))
+    assert torch.equal(_bits(values * 0.25), _bits(op.codes)) and torch.equal(got.exps.int(), op.exps)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
@@ -95,24 +98,23 @@ def test_fp16_and_one_group_per_row():
 
 
 def test_inputs_reach_every_branch():
-    """The data above exercises g's one-ulp bump, the zero scale stepped up from an
-    underflowed ratio, all-zero rows and groups, and a subnormal g."""
+    """The data above exercises the zero scale stepped up from an underflowed ratio, all-zero
+    rows and groups, and a row below 448 * 2^-101 (its exponent clamps at -100 and its codes
+    underflow to zero, as NUMERICS.md 8 says of tiny values)."""
     x = _rows(LENGTHS, HEADS, 64, seed=64, dtype=torch.float32)
     got = quantize_nvfp4_operand(x, _cu_seqlens(LENGTHS))
-    amax = x.abs().amax(-1)
-    g0 = torch.where(amax > 0, amax / torch.full_like(amax, 2688.0), 1.0)
-    assert (got.g != g0).any()  # some row's g moved up one ulp
     scales = got.scales.float()
     assert scales[TINY_ROW, 0, 2] == 2.0**-4  # its ratio to 6 g is 0
-    assert (got.g[ZERO_ROWS, ZERO_HEAD] == 1).all() and not got.codes[ZERO_ROWS, ZERO_HEAD].any()
+    assert (got.exps[ZERO_ROWS, ZERO_HEAD] == -100).all() and not got.codes[ZERO_ROWS, ZERO_HEAD].any()
     assert (scales[ZERO_GROUP[0], 0, 1] == 0).all() and not got.codes[ZERO_GROUP[0], 0, 8:16].any()
-    assert 0 < got.g[SUBNORMAL_G_ROW, 0] < torch.finfo(torch.float32).tiny
+    assert got.exps[SUBNORMAL_G_ROW, 0] == -100
 
 
 def test_group_maxima_next_to_grid_multiples_of_the_row_scale():
     """Group maxima within two fp32 ulps of s * 6 * g for every E4M3 s (tests/test_formats_nvfp4.py's
-    construction): there the ratio can land on the grid while the group maximum still scales
-    above 6, and the scale steps up once. One 32-element row per case, a document of them all."""
+    construction). With g a power of two the fp32 ratio to 6 g lands above a grid value
+    whenever the exact one does, so rounding it up suffices there: the step up is for ratios
+    that underflow (``test_inputs_reach_every_branch``). One 32-element row per case."""
     e4m3 = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
     e4m3 = e4m3[torch.isfinite(e4m3) & (e4m3 > 0)].unique()
     rows = []
@@ -129,13 +131,15 @@ def test_group_maxima_next_to_grid_multiples_of_the_row_scale():
     _assert_matches_reference(x, _cu_seqlens((x.shape[0],)), False)
     got = quantize_nvfp4_operand(x, _cu_seqlens((x.shape[0],)))
     amax16 = x.abs().unflatten(-1, (-1, NVFP4_GROUP)).amax(-1)
-    rounded_up = e4m3_round_up(amax16 / (6 * got.g[..., None])).clamp(max=E4M3_MAX)
-    assert (got.scales.float() > rounded_up).sum() > 10  # stepped up once
+    g = torch.ldexp(torch.ones_like(amax16[..., 0]), got.exps.int() - 2)
+    rounded_up = e4m3_round_up(amax16 / (6 * g[..., None]))
+    assert torch.equal(got.scales.float(), rounded_up)  # no step up
+    assert float((x.abs().unflatten(-1, (-1, NVFP4_GROUP)).amax(-1) / (got.scales.float() * g[..., None])).max()) == 6.0
 
 
 @pytest.mark.parametrize("hadamard", [False, True])
 def test_non_finite_value_poisons_only_its_row(hadamard):
-    """A NaN or an Inf makes its row's g NaN; every other row is the clean input's, bitwise."""
+    """A NaN or an Inf makes its row's scales NaN; every other row is the clean input's, bitwise."""
     cu = _cu_seqlens(LENGTHS)
     x = _rows(LENGTHS, HEADS, 64, seed=9)
     bad = x.clone()
@@ -144,8 +148,8 @@ def test_non_finite_value_poisons_only_its_row(hadamard):
     got, clean = quantize_nvfp4_operand(bad, cu, hadamard), quantize_nvfp4_operand(x, cu, hadamard)
     poisoned = torch.zeros(x.shape[:2], dtype=torch.bool, device=DEVICE)
     poisoned[3, 0] = poisoned[50, 1] = True
-    assert got.g[poisoned].isnan().all()
-    assert torch.equal(_bits(got.g[~poisoned]), _bits(clean.g[~poisoned]))
+    assert got.scales[poisoned].float().isnan().all()
+    assert torch.equal(got.exps[~poisoned], clean.exps[~poisoned])
     assert torch.equal(got.codes[~poisoned], clean.codes[~poisoned])
     assert torch.equal(_bits(got.scales[~poisoned]), _bits(clean.scales[~poisoned]))
 
@@ -155,9 +159,9 @@ def test_reuses_a_work_list_and_no_tokens():
     x = _rows(LENGTHS, HEADS, 64, seed=4)
     work = tile_list(cu, x.shape[0], 32, reverse=False, empty_docs=True)
     got, want = quantize_nvfp4_operand(x, cu, work=work), quantize_nvfp4_operand(x, cu)
-    assert torch.equal(got.codes, want.codes) and torch.equal(_bits(got.g), _bits(want.g))
+    assert torch.equal(got.codes, want.codes) and torch.equal(got.exps, want.exps)
     empty = quantize_nvfp4_operand(x[:0], _cu_seqlens((0, 0)))
-    assert empty.codes.shape == (0, HEADS, 32) and empty.scales.shape == (0, HEADS, 4) and empty.g.shape == (0, HEADS)
+    assert empty.codes.shape == (0, HEADS, 32) and empty.scales.shape == (0, HEADS, 4) and empty.exps.shape == (0, HEADS)
 
 
 @pytest.mark.parametrize("call, match", [
@@ -174,12 +178,13 @@ def test_invalid_arguments_are_named(call, match):
 
 
 @triton.jit
-def _helpers_kernel(p_x, p_codes, p_up, n, BLOCK: tl.constexpr):
+def _helpers_kernel(p_x, p_codes, p_up, p_round, n, BLOCK: tl.constexpr):
     o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = o < n
     x = tl.load(p_x + o, mask=m, other=0.0)
     tl.store(p_codes + o, e2m1_codes_kernel(x), mask=m)
     tl.store(p_up + o, e4m3_round_up_kernel(tl.abs(x)), mask=m)
+    tl.store(p_round + o, round_e2m1_kernel(tl.minimum(tl.abs(x), 6.0)), mask=m)
 
 
 def _neighbours(values: torch.Tensor, ulps: int = 3) -> torch.Tensor:
@@ -191,7 +196,7 @@ def _neighbours(values: torch.Tensor, ulps: int = 3) -> torch.Tensor:
 def test_helpers_match_formats():
     """e2m1_codes: every E2M1 value and midpoint (ties) and their fp32 neighbours, both signs,
     beyond 6, inf, NaN; e4m3_round_up: every E4M3 value (subnormals too) and its neighbours,
-    fp32 subnormals, random values over 40 binades."""
+    fp32 subnormals, random values over 40 binades; round_e2m1 on |x| up to 6, the same."""
     e4m3 = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
     e4m3 = e4m3[torch.isfinite(e4m3) & (e4m3 > 0)]
     e2m1 = torch.tensor([0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 7.0])
@@ -201,12 +206,13 @@ def test_helpers_match_formats():
     x = x[(x >= 0) & (x <= E4M3_MAX)]
     x = torch.cat([x, -x[: x.numel() // 2]]).to(DEVICE)  # negative ones too (round-up reads |x|)
     codes = torch.empty(x.shape, dtype=torch.int32, device=DEVICE)
-    up = torch.empty_like(x)
-    _helpers_kernel[(triton.cdiv(x.numel(), 1024),)](x, codes, up, x.numel(), BLOCK=1024)
+    up, rounded = torch.empty_like(x), torch.empty_like(x)
+    _helpers_kernel[(triton.cdiv(x.numel(), 1024),)](x, codes, up, rounded, x.numel(), BLOCK=1024)
     assert torch.equal(codes, e2m1_codes(x).int())
     assert torch.equal(_bits(up), _bits(e4m3_round_up(x.abs())))
+    assert torch.equal(_bits(rounded), _bits(round_to_e2m1(x.abs().clamp(max=6.0))))
     special = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, -1e-30], device=DEVICE)
-    _helpers_kernel[(1,)](special, codes, up, special.numel(), BLOCK=1024)
+    _helpers_kernel[(1,)](special, codes, up, rounded, special.numel(), BLOCK=1024)
     assert codes[:5].tolist() == e2m1_codes(special).int().tolist() == [7, 7, 15, 0, 8]
 
 
@@ -216,3 +222,32 @@ def test_helpers_match_formats():
 def test_real_size_matches_reference_on_gpu(hadamard):
     lengths, heads, d = (1000, 4096, 333), 16, 128
     _assert_matches_reference(_rows(lengths, heads, d, seed=7), _cu_seqlens(lengths), hadamard)
+
+
+def _assert_score_codes_match(lengths, heads, d, block, hadamard, seed):
+    """The mixed route's bf16 score codes from the MXFP8 launch's exponents equal the
+    emulator's NVFP4 operand (values x 2^-2, g sharing the token-block exponent) bit for bit."""
+    cu = _cu_seqlens(lengths)
+    x = _rows(lengths, heads, d, seed=seed)
+    exps = quantize_operand(x, cu, block, hadamard).exps
+    got = nvfp4_score_codes(x, cu, exps, hadamard)
+    ref_exps = reference_operand(x.cpu(), cu.cpu(), max(lengths), block, hadamard).exps
+    assert torch.equal(exps.int().cpu(), ref_exps)
+    want = nvfp4_operand(x.cpu(), rotate=hadamard, exps=ref_exps)
+    assert got.dtype == torch.bfloat16 and got.shape == x.shape
+    assert torch.equal(_bits(got.float().cpu()), _bits(want.codes))
+    with pytest.raises(ValueError, match="exps"):
+        nvfp4_score_codes(x, cu, exps.int(), hadamard)
+
+
+@pytest.mark.parametrize("hadamard", [False, True])
+@pytest.mark.parametrize("block", [32, 1])
+def test_score_codes_match_the_mixed_routes_operand(hadamard, block):
+    _assert_score_codes_match(LENGTHS, HEADS, 128, block, hadamard, seed=11)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("hadamard", [False, True])
+def test_score_codes_real_size_on_gpu(hadamard):
+    _assert_score_codes_match((1000, 4096, 333), 16, 128, 32, hadamard, seed=12)

@@ -29,22 +29,30 @@ class OperandFormat:
 
 E4M3 = OperandFormat("e4m3", torch.float8_e4m3fn, tl.float8e4nv)
 BF16 = OperandFormat("bf16", torch.bfloat16, tl.bfloat16)
-RECIPE_FORMATS = {"mxfp8": E4M3, "bf16": BF16}  # the recipes the kernels run
 
 
-def recipe_format(name: str) -> OperandFormat:
-    if name not in RECIPE_FORMATS:
-        raise ValueError(f"recipe: the kernels run {tuple(RECIPE_FORMATS)}, got {name!r}")
-    return RECIPE_FORMATS[name]
+@dataclass(frozen=True)
+class Route:
+    """The formats of one recipe's kernels: ``codes`` of V, dO, P, G and the transposed Q and
+    K; ``scores``, the row codes of Q and K in S = Q K^T; ``p4``: P is 4-bit off the diagonal
+    tiles (NUMERICS.md 6). The mixed NVFP4 route multiplies its scores' NVFP4 values in BF16
+    (Hopper has no FP4 MMA) and everything else as the MXFP8 route does."""
+
+    codes: OperandFormat
+    scores: OperandFormat
+    p4: bool = False
+
+
+# the recipes the kernels run
+ROUTES = {"mxfp8": Route(E4M3, E4M3), "bf16": Route(BF16, BF16), "nvfp4": Route(E4M3, BF16, p4=True)}
 
 
 def format_of(codes: torch.Tensor) -> OperandFormat:
     """The format of a code tensor, from its dtype (the launchers' one source of it)."""
-    for fmt in RECIPE_FORMATS.values():
+    for fmt in (E4M3, BF16):
         if codes.dtype == fmt.torch_dtype:
             return fmt
-    raise ValueError(f"codes: dtype must be one of {[f.torch_dtype for f in RECIPE_FORMATS.values()]}, "
-                     f"got {codes.dtype}")
+    raise ValueError(f"codes: dtype must be one of {[E4M3.torch_dtype, BF16.torch_dtype]}, got {codes.dtype}")
 
 
 @dataclass(frozen=True)
@@ -134,6 +142,9 @@ class QuantizerTiles:
     rotated_warps: int = 1
     transposed_parts: int = 4
     plain_warps: int = 2
+    # The NVFP4 launch (quantize_fp4.py) holds a unit's rows in fp32 with its group scales: at
+    # 2 warps and d=128 it spills (460 LDL/STL, offline SASS), at 4 it does not.
+    nvfp4_warps: int = 4
 
     def __post_init__(self):
         if self.transposed_parts not in (1, 2, 4):

@@ -11,6 +11,7 @@ from .fp8 import pow2
 
 # fp32 x + 1.5 * 2^23 - 1.5 * 2^23 rounds |x| < 2^22 to an integer, ties to even.
 _ROUND = tl.constexpr(12582912.0)
+_HALF_STEPS = tl.constexpr(6291456.0)  # 1.5 * 2^22: fp32 adds near it round to multiples of 0.5
 
 
 @triton.jit
@@ -50,6 +51,18 @@ def e2m1_codes(x):
     wide = (a >= 2.0).to(tl.int32) + (a >= 4.0).to(tl.int32)  # spacing 2^(wide - 1)
     q = _round_int(a * pow2(1 - wide))  # exact scaling, then one rounding
     return (q.to(tl.int32) + 2 * wide) | ((x < 0).to(tl.int32) << 3)
+
+
+@triton.jit
+def round_e2m1(x):
+    """fp32 x in [0, 6] -> fp32 on the E2M1 grid, nearest, ties to even
+    (``formats.e2m1.round_to_e2m1``). From 1 up the grid is every value with one mantissa
+    bit: round the bits there (add half a step less one, plus the kept bit, then truncate);
+    below 1 it is multiples of 0.5: the 1.5 * 2^22 add rounds there. Seven operations, the
+    4-bit P's cost per score."""
+    b = x.to(tl.int32, bitcast=True)
+    r1 = ((b + 0x1FFFFF + ((b >> 22) & 1)) & -0x400000).to(tl.float32, bitcast=True)
+    return tl.where(x < 1.0, (x + _HALF_STEPS) - _HALF_STEPS, r1)
 
 
 @triton.jit

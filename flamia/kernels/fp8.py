@@ -134,9 +134,11 @@ def mul_rn(x, y, INTERPRET: tl.constexpr):
 @triton.jit
 def to_e4m3(x, INTERPRET: tl.constexpr):
     """fp32 -> float8e4nv, round to nearest even (no saturation expected: callers' scales
-    keep |x| <= 448)."""
+    keep |x| <= 448). NaN gives the NaN code, as the GPU's conversion does (the interpreter's
+    would give 384)."""
     if INTERPRET:
-        x = round_e4m3(x)
+        nan = tl.full(x.shape, 0x7F, tl.uint8).to(tl.float8e4nv, bitcast=True)
+        return tl.where(x != x, nan, round_e4m3(x).to(tl.float8e4nv))
     return x.to(tl.float8e4nv)
 
 

@@ -1,13 +1,11 @@
 """The fused NVFP4 quantizer of the 4-bit routes' head-dim operands (Q and K in the scores;
 NUMERICS.md 1 and 6): one launch per tensor reads x once and writes the E2M1 codes, two per
-byte, their E4M3 scales (one per 16 consecutive head-dim elements) and the per-token fp32
-scale g.
+byte, their E4M3 scales (one per 16 consecutive head-dim elements) and the per-token
+exponent e of the power-of-two scale g = 2^(e - 2).
 
 Order of operations, fp32, one IEEE rounding per step (``flamia.formats.nvfp4``):
-- ``g = amax / 2688`` (6 * 448) from the row's max |x| (1 for an all-zero row), one ulp up
-  where ``amax / (448 * g) > 6``;
-- ``s = e4m3_round_up(amax16 / (6 * g))`` capped at 448, one E4M3 step up where
-  ``amax16 / (s * g) > 6``;
+- ``e = scale_exponent(amax, 448)`` from the row's max |x| (-100 for an all-zero row);
+- ``s = e4m3_round_up(amax16 / (6 * g))``, one E4M3 step up where ``amax16 / (s * g) > 6``;
 - ``codes = e2m1(x / (s * g))``, 0 in a group whose ``s * g`` is 0.
 Divisions are ``div_rn`` (Triton's ``/`` is approximate in fp32 on the GPU). Every inexact
 product feeds a division, never an add, so fma contraction cannot change a bit.
@@ -19,9 +17,9 @@ units are there for the token-axis E2M1 representations (16 tokens of one docume
 scale) that the all-4-bit route's launches will add, reading x once. Nothing is read back to
 the host. ``cu_seqlens[-1]`` must equal T (rows outside every document are not written).
 
-A row holding a NaN or an Inf gets g = NaN (its codes and scales are then meaningless), so
-the non-finite value reaches every product that uses the token and no other token: the torch
-reference refuses such rows instead. The torch reference these match bit for bit is
+A row holding a NaN or an Inf gets NaN scales (its codes and exponent are then meaningless),
+so the non-finite value reaches every product that uses the token and no other token: the
+torch reference refuses such rows instead. The torch reference these match bit for bit is
 ``flamia/formats/nvfp4.py``'s ``quantize_nvfp4`` (``reference/operands_fp4.nvfp4_operand``).
 """
 import math
@@ -32,20 +30,18 @@ import triton
 import triton.language as tl
 
 from ..formats.e2m1 import E2M1_MAX
-from ..formats.e4m3 import E4M3_MAX
 from ..formats.hadamard import HADAMARD_DIMS
-from ..formats.nvfp4 import NVFP4_GROUP
+from ..formats.nvfp4 import NVFP4_G_SHIFT, NVFP4_GROUP
 from .configs import QUANTIZER
-from .fp4 import e2m1_codes, e4m3_round_up, e4m3_step_exp, pack_e2m1
-from .fp8 import interpreting, pow2, to_e4m3, to_fp32
+from .fp4 import e2m1_codes, e4m3_round_up, e4m3_step_exp, pack_e2m1, round_e2m1
+from .fp8 import E4M3_EQ, E4M3_MQ, interpreting, pow2, scale_exponent, to_e4m3, to_fp32, to_output
 from .hadamard import rotate
 from .quantize import _check_rows, _row_offsets, _unit_rows, _units
 from .worklist import program_tile
 
 _GROUP = tl.constexpr(NVFP4_GROUP)
 _E2M1_MAX = tl.constexpr(E2M1_MAX)
-_E4M3_MAX = tl.constexpr(E4M3_MAX)
-_G_DIVISOR = tl.constexpr(E2M1_MAX * E4M3_MAX)  # 2688: the largest code times the largest scale
+_G_SHIFT = tl.constexpr(NVFP4_G_SHIFT)
 
 
 class KernelNvfp4Operand(NamedTuple):
@@ -53,32 +49,20 @@ class KernelNvfp4Operand(NamedTuple):
     codes: uint8 [T, H, D / 2], E2M1 codes (bit 3 the sign), head-dim element 2i in the low
     nibble of byte i and 2i + 1 in the high one (``formats.e2m1.unpack_e2m1`` reads them);
     scales: float8_e4m3fn [T, H, D / 16], one per 16 consecutive head-dim elements;
-    g: fp32 [T, H]. value = code x scale x g."""
+    exps: int8 [T, H]. value = code x scale x 2^(exps - 2)."""
 
     codes: torch.Tensor
     scales: torch.Tensor
-    g: torch.Tensor
-
-
-@triton.jit
-def _row_scale(b_x):
-    """g [U] fp32 of rows b_x [U, D] fp32: amax / 2688, one ulp up where the largest scale
-    would leave the row's maximum above 6; NaN for a row holding a NaN or an Inf."""
-    b_amax = tl.max(tl.abs(b_x), axis=1)  # [U]
-    b_g = tl.where(b_amax > 0, tl.math.div_rn(b_amax, _G_DIVISOR), 1.0)
-    short = tl.math.div_rn(b_amax, _E4M3_MAX * b_g) > _E2M1_MAX
-    # where short, g >= 0 is finite: the next fp32 up is the next bit pattern
-    b_g = tl.where(short, (b_g.to(tl.int32, bitcast=True) + 1).to(tl.float32, bitcast=True), b_g)
-    # x * 0 is 0, or NaN for a non-finite x (tl.max drops NaNs on the GPU): g + 0 is g
-    return b_g + tl.sum(b_x * 0.0, axis=1)
+    exps: torch.Tensor
 
 
 @triton.jit
 def _group_scales(b_amax16, b_g):
     """E4M3 scales [U, G] fp32 of the groups whose max |x| is b_amax16 [U, G], rows of scale
-    b_g [U, 1]: the ratio to 6 g rounded up on the grid and capped at 448, one grid step up
-    where the group's maximum would still scale above 6."""
-    b_s = tl.minimum(e4m3_round_up(tl.math.div_rn(b_amax16, _E2M1_MAX * b_g)), _E4M3_MAX)
+    b_g [U, 1] (a power of two, at least the row max / 1792, so the ratio stays below 448):
+    the ratio to 6 g rounded up on the grid, one grid step up where the group's maximum would
+    still scale above 6."""
+    b_s = e4m3_round_up(tl.math.div_rn(b_amax16, _E2M1_MAX * b_g))
     over = tl.math.div_rn(b_amax16, b_s * b_g) > _E2M1_MAX
     return tl.where(over, b_s + pow2(e4m3_step_exp(b_s)), b_s)
 
@@ -95,9 +79,24 @@ def _scaled_groups(b_x, b_s, b_g, D: tl.constexpr):
 
 
 @triton.jit
-def _quantize_nvfp4_kernel(p_x, p_codes, p_scales, p_g, cu_seqlens, p_work, width, H, inv_sqrt_d,
+def _score_values(b_scaled, b_s, D: tl.constexpr):
+    """The mixed route's score codes [U, D] fp32 (``reference.operands_fp4.nvfp4_operand``):
+    E2M1 value x E4M3 scale x 2^-2 of scaled rows b_scaled [U, D] (|x| <= 6, or NaN) with
+    group scales b_s [U, D / 16]; a negative value that rounds to zero keeps its sign, as the
+    decoded sign bit does."""
+    U: tl.constexpr = b_scaled.shape[0]
+    b_r = round_e2m1(tl.abs(b_scaled))
+    b_r = tl.where(b_scaled < 0, -b_r, b_r)
+    b_v = tl.reshape(b_r, [U, D // _GROUP, _GROUP]) * (b_s * 0.25)[:, :, None]
+    return tl.reshape(b_v, [U, D])
+
+
+@triton.jit
+def _quantize_nvfp4_kernel(p_x, p_codes, p_scales, p_exps, cu_seqlens, p_work, width, H, inv_sqrt_d,
                            D: tl.constexpr, UNIT: tl.constexpr, HADAMARD_STAGES: tl.constexpr,
-                           INTERPRET: tl.constexpr):
+                           SCORES: tl.constexpr, INTERPRET: tl.constexpr):
+    """SCORES: read each token's exponent from p_exps and write the score codes (bf16) to
+    p_codes; else write the packed codes, the scales and the exponents."""
     doc, unit = program_tile(p_work, width)
     if doc < 0:
         return
@@ -108,14 +107,62 @@ def _quantize_nvfp4_kernel(p_x, p_codes, p_scales, p_g, cu_seqlens, p_work, widt
     # Rows past the document's end load as zeros: their stores are masked.
     b_x = to_fp32(tl.load(p_x + _row_offsets(o_t, h, H, D), mask=m_t[:, None], other=0.0), INTERPRET)  # [UNIT, D]
     b_x = rotate(b_x, inv_sqrt_d, HADAMARD_STAGES)
-    b_g = _row_scale(b_x)  # [UNIT]
+    if SCORES:
+        b_e = tl.load(p_exps + o_t * H + h, mask=m_t, other=0).to(tl.int32)  # [UNIT]
+    else:
+        b_e = scale_exponent(tl.max(tl.abs(b_x), axis=1), E4M3_EQ, E4M3_MQ)  # [UNIT] int32
+    b_g = pow2(b_e - _G_SHIFT)
     b_amax16 = tl.max(tl.abs(tl.reshape(b_x, [UNIT, D // _GROUP, _GROUP])), axis=2)  # [UNIT, D / 16]
-    b_s = _group_scales(b_amax16, b_g[:, None])  # [UNIT, D / 16]
-    b_codes = e2m1_codes(_scaled_groups(b_x, b_s, b_g[:, None], D))  # [UNIT, D]
-    tl.store(p_codes + _row_offsets(o_t, h, H, D // 2), pack_e2m1(b_codes), mask=m_t[:, None])
-    # the scales are E4M3 values already: the conversion is exact
-    tl.store(p_scales + _row_offsets(o_t, h, H, D // _GROUP), to_e4m3(b_s, INTERPRET), mask=m_t[:, None])
-    tl.store(p_g + o_t * H + h, b_g, mask=m_t)
+    # x * 0 is 0, or NaN for a non-finite x (tl.max drops NaNs on the GPU): NaN scales carry it
+    b_s = _group_scales(b_amax16, b_g[:, None]) + tl.sum(b_x * 0.0, axis=1)[:, None]  # [UNIT, D / 16]
+    b_scaled = _scaled_groups(b_x, b_s, b_g[:, None], D)  # [UNIT, D]
+    if SCORES:
+        b_v = to_output(_score_values(b_scaled, b_s, D), tl.bfloat16, INTERPRET)  # exact
+        tl.store(p_codes + _row_offsets(o_t, h, H, D), b_v, mask=m_t[:, None])
+    else:
+        tl.store(p_codes + _row_offsets(o_t, h, H, D // 2), pack_e2m1(e2m1_codes(b_scaled)), mask=m_t[:, None])
+        # the scales are E4M3 values already: the conversion is exact
+        tl.store(p_scales + _row_offsets(o_t, h, H, D // _GROUP), to_e4m3(b_s, INTERPRET), mask=m_t[:, None])
+        tl.store(p_exps + o_t * H + h, b_e.to(tl.int8), mask=m_t)
+
+
+def _check_args(x: torch.Tensor, cu_seqlens: torch.Tensor, hadamard: bool) -> None:
+    _check_rows(x, "x")
+    d = x.shape[-1]
+    if hadamard and d not in HADAMARD_DIMS:
+        raise ValueError(f"hadamard: head dim must be one of {HADAMARD_DIMS}, got {d}")
+    if cu_seqlens.dtype != torch.int32 or cu_seqlens.dim() != 1 or cu_seqlens.numel() < 1:
+        raise ValueError(f"cu_seqlens: expected int32 [num_docs + 1], got {cu_seqlens.dtype} "
+                         f"{tuple(cu_seqlens.shape)}")
+    if cu_seqlens.device != x.device:
+        raise ValueError(f"cu_seqlens: must be on x's device {x.device}, got {cu_seqlens.device}")
+
+
+def _launch(x, cu_seqlens, hadamard, work, codes, scales, exps, scores: bool) -> None:
+    total, heads, d = x.shape
+    if total:
+        unit = QUANTIZER.operand_unit
+        grid, args = _units(cu_seqlens, total, unit, heads, work)
+        _quantize_nvfp4_kernel[grid](x, codes, scales, exps, cu_seqlens, args["p_work"], args["width"], H=heads,
+                                     inv_sqrt_d=1.0 / math.sqrt(d), D=d, UNIT=unit,
+                                     HADAMARD_STAGES=d.bit_length() - 1 if hadamard else 0, SCORES=scores,
+                                     INTERPRET=interpreting(), num_warps=QUANTIZER.nvfp4_warps)
+
+
+def nvfp4_score_codes(x: torch.Tensor, cu_seqlens: torch.Tensor, exps: torch.Tensor, hadamard: bool = False,
+                      work: torch.Tensor | None = None) -> torch.Tensor:
+    """Q or K -> the mixed route's score codes in one launch (NUMERICS.md 6): bf16 [T, H, D],
+    the NVFP4 values (E2M1 code x E4M3 scale) times 2^-2, with g = 2^(exps - 2) from the
+    tokens' MXFP8 exponents exps (int8 [T, H], ``quantize.quantize_operand``'s of the same
+    x and rotation), which stay the scores' factors. x, cu_seqlens, hadamard, work: as
+    ``quantize_nvfp4_operand``."""
+    _check_args(x, cu_seqlens, hadamard)
+    if exps.dtype != torch.int8 or exps.shape != x.shape[:2] or exps.device != x.device:
+        raise ValueError(f"exps: expected int8 {tuple(x.shape[:2])} on {x.device}, got {exps.dtype} "
+                         f"{tuple(exps.shape)} on {exps.device}")
+    codes = torch.empty(x.shape, dtype=torch.bfloat16, device=x.device)
+    _launch(x, cu_seqlens, hadamard, work, codes, codes, exps, scores=True)
+    return codes
 
 
 def quantize_nvfp4_operand(x: torch.Tensor, cu_seqlens: torch.Tensor, hadamard: bool = False,
@@ -125,24 +172,11 @@ def quantize_nvfp4_operand(x: torch.Tensor, cu_seqlens: torch.Tensor, hadamard: 
     cu_seqlens[-1] = T; hadamard: rotate the head dim first (NUMERICS.md 2; D in
     ``HADAMARD_DIMS``); work: the ``KernelOperand.work`` of a ``quantize.quantize_operand``
     launch over the same cu_seqlens (same unit), else built here."""
-    _check_rows(x, "x")
+    _check_args(x, cu_seqlens, hadamard)
     total, heads, d = x.shape
-    if hadamard and d not in HADAMARD_DIMS:
-        raise ValueError(f"hadamard: head dim must be one of {HADAMARD_DIMS}, got {d}")
-    if cu_seqlens.dtype != torch.int32 or cu_seqlens.dim() != 1 or cu_seqlens.numel() < 1:
-        raise ValueError(f"cu_seqlens: expected int32 [num_docs + 1], got {cu_seqlens.dtype} "
-                         f"{tuple(cu_seqlens.shape)}")
-    if cu_seqlens.device != x.device:
-        raise ValueError(f"cu_seqlens: must be on x's device {x.device}, got {cu_seqlens.device}")
     dev = x.device
     codes = torch.empty((total, heads, d // 2), dtype=torch.uint8, device=dev)
     scales = torch.empty((total, heads, d // NVFP4_GROUP), dtype=torch.float8_e4m3fn, device=dev)
-    g = torch.empty((total, heads), dtype=torch.float32, device=dev)
-    if total:
-        unit = QUANTIZER.operand_unit
-        grid, args = _units(cu_seqlens, total, unit, heads, work)
-        _quantize_nvfp4_kernel[grid](x, codes, scales, g, cu_seqlens, args["p_work"], args["width"], H=heads,
-                                     inv_sqrt_d=1.0 / math.sqrt(d), D=d, UNIT=unit,
-                                     HADAMARD_STAGES=d.bit_length() - 1 if hadamard else 0,
-                                     INTERPRET=interpreting(), num_warps=QUANTIZER.plain_warps)
-    return KernelNvfp4Operand(codes, scales, g)
+    exps = torch.empty((total, heads), dtype=torch.int8, device=dev)
+    _launch(x, cu_seqlens, hadamard, work, codes, scales, exps, scores=False)
+    return KernelNvfp4Operand(codes, scales, exps)

@@ -30,8 +30,10 @@ class Nvfp4Numerics(Numerics):
     ``per_tensor_scales`` makes the NVFP4 ``g`` tensor-wide, and the E4M3 operands too."""
 
     def score_operands(self, q, k, cu_q, cu_k, max_q, max_k):
-        per_tensor = self.recipe.per_tensor_scales
-        return nvfp4_operand(q, self.hadamard, per_tensor), nvfp4_operand(k, self.hadamard, per_tensor)
+        """NVFP4 whose g shares the exponents of the E4M3 token blocks (``grad_operands``):
+        the kernels apply one exponent per token to both representations."""
+        return (nvfp4_operand(q, self.hadamard, exps=Numerics.operand(self, q, cu_q, max_q, self.hadamard).exps),
+                nvfp4_operand(k, self.hadamard, exps=Numerics.operand(self, k, cu_k, max_k, self.hadamard).exps))
 
     def grad_operands(self, q, k, score_q, score_k, cu_q, cu_k, max_q, max_k):
         """E4M3 token blocks of Q and K (rotated as the scores' were)."""
@@ -54,9 +56,15 @@ class Nvfp4Numerics(Numerics):
     def p_values(self, p, x, m, vf, rf, tile, forward):
         if not forward and self.recipe.fwd_p4_bwd_p8:
             return super().p_values(p, x, m, vf, rf, tile, forward)
-        p4 = _fold(self.quantize_p4(p, x, m, tile, forward), vf, rf)
+        p4 = self.p4_operand(_fold(self.quantize_p4(p, x, m, tile, forward), vf, rf))
         pairs = self.p4_pairs(tile, forward)
         return p4 if pairs is None else torch.where(pairs, p4, super().p_values(p, x, m, vf, rf, tile, forward))
+
+    def p4_operand(self, y: torch.Tensor) -> torch.Tensor:
+        """Folded 4-bit P as it multiplies V's E4M3 codes: an E4M3 operand of the FP8 MMA.
+        Exact (E2M1 x 2^k has two significant bits) except below 2^-8, where E4M3's
+        subnormal grid rounds it as it rounds E4M3 P."""
+        return self.round_p(y)
 
     def row_mass(self, p, x, m, tile):
         """With ``p4_sum_quantized``, the 4-bit values (before the exact V fold) on 4-bit
@@ -91,6 +99,11 @@ class Fp4Numerics(Nvfp4Numerics):
 
     qmax = E2M1_MAX  # of G's scale groups
 
+    def score_operands(self, q, k, cu_q, cu_k, max_q, max_k):
+        """NVFP4 with each token's own g (no token-block operand to share it with)."""
+        per_tensor = self.recipe.per_tensor_scales
+        return nvfp4_operand(q, self.hadamard, per_tensor), nvfp4_operand(k, self.hadamard, per_tensor)
+
     def operand(self, x, cu_seqlens, max_seqlen, rotate):
         """V in P.V: contracted over keys, with its per-key form for the diagonal tiles."""
         return token_axis_operand(x, cu_seqlens, max_seqlen, rotate, diagonal=True)
@@ -111,6 +124,10 @@ class Fp4Numerics(Nvfp4Numerics):
 
     def p4_everywhere(self) -> bool:
         return True
+
+    def p4_operand(self, y):
+        """V is E2M1 values here (no E4M3 operand): the folded 4-bit P multiplies as it is."""
+        return y
 
     def round_grad(self, y, u=None):
         return round_to_e2m1(y) if u is None else round_to_e2m1_stochastic(y, u)

@@ -2,11 +2,12 @@
 
 Two kinds, by contraction axis. Operands contracted over the head dim (Q, K in the scores;
 dO, V in dP) are NVFP4: codes times E4M3 group scales multiply in the MMA, and the per-token
-fp32 scale ``g`` is a factor applied outside it, as the token-block exponents are on the
-MXFP8 route. Operands contracted over tokens (V in P.V, dOt in dV, Q in dK, K in dQ) are E2M1
-with one power-of-two scale per (16 tokens of one document, column): such a scale varies
-along the head dim and cannot leave the MMA, so these operands are kept as decoded values
-(exact in fp32) with factor 1. V in P.V and K in dQ also have a second representation with
+power-of-two scale ``g = 2^(e - 2)`` is a factor applied outside it, as the token-block
+exponents are on the MXFP8 route: an ``Operand`` whose codes are the values times 2^-2
+(exact in BF16) and whose exponents are e. Operands contracted over tokens (V in P.V, dOt in
+dV, Q in dK, K in dQ) are E2M1 with one power-of-two scale per (16 tokens of one document,
+column): such a scale varies along the head dim and cannot leave the MMA, so these operands
+are kept as decoded values (exact in fp32) with factor 1. V in P.V and K in dQ also have a second representation with
 one power-of-two scale per token, which the diagonal tiles use.
 """
 from dataclasses import dataclass
@@ -14,23 +15,11 @@ from dataclasses import dataclass
 import torch
 
 from ..formats.hadamard import hadamard_transform
-from ..formats.nvfp4 import quantize_nvfp4, round_e2m1_pow2
+from ..formats.nvfp4 import NVFP4_G_SHIFT, quantize_nvfp4, round_e2m1_pow2
 from ..varlen import make_packing, pad, unpad
-from .operands import GradOutput, row_delta
+from .operands import GradOutput, Operand, row_delta
 
 TOKEN_GROUP = 16  # tokens of one document sharing a scale along a token-axis contraction
-
-
-@dataclass(frozen=True)
-class Nvfp4Operand:
-    """codes: [T, H, D] fp32 values E2M1 code x E4M3 scale; factor: [T, H] fp32 ``g``."""
-
-    codes: torch.Tensor
-    factor: torch.Tensor
-
-    def dequantize(self) -> torch.Tensor:
-        """codes * g, [T, H, D] fp32."""
-        return self.codes * self.factor[..., None]
 
 
 @dataclass(frozen=True)
@@ -53,10 +42,14 @@ class TokenAxisOperand:
         return torch.zeros(self.codes.shape[:2], dtype=torch.int32, device=self.codes.device)
 
 
-def nvfp4_operand(x: torch.Tensor, rotate: bool = False, per_tensor: bool = False) -> Nvfp4Operand:
-    """[T, H, D] -> NVFP4 along the head dim, after the Hadamard rotation when ``rotate``."""
-    t = quantize_nvfp4(hadamard_transform(x) if rotate else x.float(), per_tensor)
-    return Nvfp4Operand(t.values(), t.g)
+def nvfp4_operand(x: torch.Tensor, rotate: bool = False, per_tensor: bool = False,
+                  exps: "torch.Tensor | None" = None) -> Operand:
+    """[T, H, D] -> NVFP4 along the head dim, after the Hadamard rotation when ``rotate``:
+    codes [T, H, D] fp32 = E2M1 code x E4M3 scale x 2^-2, exps [T, H] int32 (g = 2^(exps - 2)).
+    exps: the tokens' scale exponents (``quantize_nvfp4``); None: each token's own (the
+    tensor's when ``per_tensor``)."""
+    t = quantize_nvfp4(hadamard_transform(x) if rotate else x.float(), exps, per_tensor)
+    return Operand(t.values() * 2.0 ** -NVFP4_G_SHIFT, t.exps)
 
 
 def token_axis_values(x: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int) -> torch.Tensor:
