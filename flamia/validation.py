@@ -11,13 +11,13 @@ import numbers
 
 import torch
 
-from .kernels.configs import RECIPE_FORMATS, SUPPORTED_HEAD_DIMS
+from .kernels.configs import ROUTES, SUPPORTED_HEAD_DIMS
 from .recipes import Recipe
 
 INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 BACKENDS = ("triton", "reference")
 REFERENCE_MAX_HEAD_DIM = 256
-KERNEL_RECIPES = tuple(RECIPE_FORMATS)
+KERNEL_RECIPES = tuple(ROUTES)
 
 
 def _is_int(x) -> bool:
@@ -150,19 +150,21 @@ def resolve_seed(seed, recipe: Recipe) -> int:
 
 
 def _kernel_recipe(recipe: Recipe) -> str | None:
-    """Why the triton backend cannot run ``recipe``, or None when it can (the plain mxfp8 and
-    bf16 recipes)."""
+    """Why the triton backend cannot run ``recipe``, or None when it can (the plain mxfp8,
+    nvfp4 and bf16 recipes)."""
     if recipe.name not in KERNEL_RECIPES:
         return f"'triton' runs the {KERNEL_RECIPES} recipes, got {recipe.name!r}"
     if recipe.is_ablation:
         return "'triton' does not run ablation recipes"
+    if recipe.p4_sum_quantized:
+        return "'triton' does not run the p4_sum_quantized experiment"
     if recipe.name == "bf16" and recipe.hadamard:
         return "'triton' runs the bf16 recipe without the Hadamard rotation"
     return None
 
 
 def resolve_backend(backend, recipe: Recipe, q: torch.Tensor) -> str:
-    """None -> "triton" for the plain mxfp8 and bf16 recipes on CUDA, else "reference" (the
+    """None -> "triton" for the plain mxfp8, nvfp4 and bf16 recipes on CUDA, else "reference" (the
     emulator); an explicit "triton" must be runnable: CUDA tensors and one of those recipes."""
     if backend is None:
         return "triton" if q.is_cuda and _kernel_recipe(recipe) is None else "reference"

@@ -1,4 +1,4 @@
-"""The Triton backward (flamia/kernels/attn_bwd.py) of the mxfp8 and bf16 recipes against the emulator's backward
+"""The Triton backward (flamia/kernels/attn_bwd.py) of the mxfp8, bf16 and nvfp4 recipes against the emulator's backward
 (flamia/reference/emulated.py), fed the emulator's own quantized operands (Q^, K^, V^, dO^,
 dOt^ and their transposes, delta, m, ro, PV) so that only the two backward kernels are under
 test: dQ, dK and dV within fp32 summation-order noise. Without CUDA the kernels run on
@@ -11,7 +11,7 @@ import torch
 from flamia.formats.e4m3 import round_to_e4m3
 from flamia.formats.scales import exp2i, scale_exponent
 from flamia.kernels.attn_bwd import attention_backward
-from flamia.kernels.configs import AttnTiles, recipe_format, tiles_for
+from flamia.kernels.configs import BF16, ROUTES, AttnTiles, tiles_for
 from flamia.kernels.layout import aligned_starts, transposed_extent, transposed_reference
 from flamia.recipes import resolve_recipe
 from flamia.reference.emulated import emulate_backward, emulate_forward
@@ -29,7 +29,9 @@ GRAD_TOL = 16 * U
 # seeds: max |kernel - emulator| / max |emulator| up to 6.8e-4 (dK), 1.9e-4 (dQ), 1.3e-7 (dV);
 # most runs stay within GRAD_TOL. The bound leaves about 6x.
 BF16_GRAD_TOL = 2.0**-8
-TOLERANCE = {"mxfp8": GRAD_TOL, "bf16": BF16_GRAD_TOL}
+# The mixed NVFP4 route's scores are bf16 products too, but its S sums were exact in every
+# case and seed measured (max error 1.6e-7, no 4-bit P flip): GRAD_TOL holds.
+TOLERANCE = {"mxfp8": GRAD_TOL, "bf16": BF16_GRAD_TOL, "nvfp4": GRAD_TOL}
 
 
 def tiles(bwd_m: int, bwd_n: int, dq_m: int, dq_n: int, dq_atomic: bool = False) -> AttnTiles:
@@ -47,18 +49,23 @@ def kernel_inputs(fwd, do) -> tuple[tuple, dict]:
     go = fwd.numerics.grad_output(do, fwd.out, fwd.ro, spec.cu_seqlens_q, spec.max_seqlen_q, t.bwd_block_m)
     q, k, v, g_do, g_dot = fwd.q_op, fwd.k_op, fwd.v_op, go.do, go.dot
     cu_q, cu_k = spec.cu_seqlens_q, spec.cu_seqlens_k
-    i8, codes = torch.int8, recipe_format(spec.recipe.name).torch_dtype
+    route = ROUTES[spec.recipe.name]
+    i8, codes, scores = torch.int8, route.codes.torch_dtype, route.scores.torch_dtype
+    # dK and dQ multiply the gradient operands of Q and K (the mixed route's E4M3 token blocks,
+    # the scores' exponents), the scores the score operands
+    gq, gk = fwd.numerics.grad_operands(*fwd.inputs[:2], q, k, cu_q, cu_k, spec.max_seqlen_q, spec.max_seqlen_k)
+    assert torch.equal(gq.exps, q.exps) and torch.equal(gk.exps, k.exps)
 
     def transposed(x, cu):  # [H, D, T_t] codes in the aligned layout
         return transposed_reference(x, cu, codes).to(codes)
 
-    args = (q.codes.to(codes), transposed(q.codes, cu_q), q.exps.to(i8), k.codes.to(codes), transposed(k.codes, cu_k),
-            k.exps.to(i8), v.codes.to(codes), v.exps.to(i8), g_do.codes.to(codes), g_do.exps.to(i8),
-            transposed(g_dot.codes, cu_q), g_dot.exps.to(i8), go.delta, fwd.m, fwd.ro, fwd.pv, cu_q, cu_k,
-            aligned_starts(cu_q), aligned_starts(cu_k))
+    args = (q.codes.to(scores), transposed(gq.codes, cu_q), q.exps.to(i8), k.codes.to(scores),
+            transposed(gk.codes, cu_k), k.exps.to(i8), v.codes.to(codes), v.exps.to(i8), g_do.codes.to(codes),
+            g_do.exps.to(i8), transposed(g_dot.codes, cu_q), g_dot.exps.to(i8), go.delta, fwd.m, fwd.ro, fwd.pv, cu_q,
+            cu_k, aligned_starts(cu_q), aligned_starts(cu_k))
     kwargs = dict(causal=spec.causal, window_size=spec.window_size, softmax_scale=spec.softmax_scale,
                   sigma=spec.recipe.sigma, scale_block=spec.recipe.scale_block, tiles=t,
-                  rotate=fwd.numerics.hadamard)
+                  rotate=fwd.numerics.hadamard, p4=route.p4)
     return args, kwargs
 
 
@@ -111,6 +118,26 @@ def test_backward_matches_emulator(name, recipe):
         assert recipe == "bf16" or not a[zero_rows].any()
     errs = relative_errors(got, want)
     assert max(errs) <= TOLERANCE[recipe], f"dq, dk, dv relative errors {errs} (bound {TOLERANCE[recipe]:.3g})"
+
+
+def nvfp4_tiles(bwd_m: int, bwd_n: int, dq_m: int, dq_n: int) -> AttnTiles:
+    """A case's tiles for the mixed NVFP4 route: key steps of whole 32-key P groups, nested in
+    64 x 64 forward tiles (the backward rebuilds the forward's diagonal tiles)."""
+    return AttnTiles(fwd_block_m=64, fwd_block_n=64, fwd_gluon=False, dq_gluon=False, dkdv_gluon=False,
+                     bwd_block_m=bwd_m, bwd_block_n=max(bwd_n, 32), dq_block_m=dq_m, dq_block_n=max(dq_n, 32))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_backward_matches_emulator_nvfp4(name):
+    """The mixed NVFP4 route: bf16 score codes, E4M3 gradient operands, the forward's 4-bit P
+    rebuilt off its diagonal tiles."""
+    lens_q, lens_k, heads, d, causal, window, tile_sizes = CASES[name]
+    got, want = run_both(lens_q, lens_k or lens_q, heads, d, causal, window, nvfp4_tiles(*tile_sizes),
+                         seed=len(name), recipe="nvfp4")
+    for a, b in zip(got, want):
+        assert a.shape == b.shape and b.abs().max() > 0 and not a[(b == 0).all(-1)].any()
+    errs = relative_errors(got, want)
+    assert max(errs) <= GRAD_TOL, f"dq, dk, dv relative errors {errs} (bound {GRAD_TOL:.3g})"
 
 
 @pytest.mark.parametrize("name", ["causal-gqa-d64", "full-d128", "two-sided-window-gqa", "causal-lq-ne-lk"])
@@ -186,8 +213,9 @@ def test_backward_names_bad_argument():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("recipe, tile_cfg", [("mxfp8", AttnTiles()),
                                               ("mxfp8", AttnTiles(dq_atomic=True, dkdv_gluon=False)),
-                                              ("bf16", tiles_for(128, recipe_format("bf16")))],
-                         ids=["shipped", "dq-atomic", "shipped-bf16"])
+                                              ("bf16", tiles_for(128, BF16)),
+                                              ("nvfp4", AttnTiles())],
+                         ids=["shipped", "dq-atomic", "shipped-bf16", "shipped-nvfp4"])
 def test_backward_matches_emulator_gpu(recipe, tile_cfg):
     """4 documents x 4096 tokens, 16 heads, D=128, causal: the shipped tiles, and dQ through
     atomics. On the GPU exp2 is approximate and the FP8 MMAs may accumulate with reduced
@@ -226,14 +254,18 @@ GLUON_BWD_CASES = {**{name: (*case[:6], "mxfp8") for name, case in CASES.items()
                   "long-per-token": ((700, 300), None, (2, 2), 128, True, (-1, -1), "mxfp8-exact"),
                   **{f"{name}-bf16": (*case[:6], "bf16") for name, case in CASES.items()},
                   "long-causal-gqa-bf16": ((700, 1, 300, 129), None, (4, 2), 128, True, (-1, -1), "bf16"),
-                  "long-window-bf16": ((700, 300), None, (2, 1), 64, False, (200, 70), "bf16")}
+                  "long-window-bf16": ((700, 300), None, (2, 1), 64, False, (200, 70), "bf16"),
+                  **{f"{name}-nvfp4": (*case[:6], "nvfp4") for name, case in CASES.items()},
+                  "long-causal-gqa-nvfp4": ((700, 1, 300, 129), None, (4, 2), 128, True, (-1, -1), "nvfp4"),
+                  "long-window-nvfp4": ((700, 300), None, (2, 1), 64, False, (200, 70), "nvfp4"),
+                  "long-per-token-nvfp4": ((700, 300), None, (2, 2), 128, True, (-1, -1), "nvfp4-exact")}
 
 
 def _gluon_case(name, **changes):
     """The backward launcher's arguments on GLUON_BWD_CASES[name] (the emulator's forward), for
     the shipped tiles of its head dim with ``changes``."""
     lens_q, lens_k, (hq, hkv), d, causal, window, recipe = GLUON_BWD_CASES[name]
-    tiles = replace(tiles_for(d, recipe_format(resolve_recipe(recipe).name)), **changes)
+    tiles = replace(tiles_for(d, ROUTES[resolve_recipe(recipe).name].codes), **changes)
     lens_k = lens_k or lens_q
     g = torch.Generator().manual_seed(len(name))
     q, do = (torch.randn(sum(lens_q), hq, d, generator=g).to(DEVICE, torch.bfloat16) for _ in range(2))

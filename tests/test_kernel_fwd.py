@@ -1,4 +1,4 @@
-"""The Triton forward (flamia/kernels/attn_fwd.py) of the mxfp8 and bf16 recipes against the emulator
+"""The Triton forward (flamia/kernels/attn_fwd.py) of the mxfp8, bf16 and nvfp4 recipes against the emulator
 (flamia/reference/emulated.py), fed the emulator's own quantized operands and PV so that only
 the forward is under test. Without CUDA the kernel runs on Triton's CPU interpreter, with
 small tiles (the emulator gets the same tiles): the integer row max m bit for bit, lse and ro
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from flamia.kernels.attn_fwd import attention_forward
-from flamia.kernels.configs import AttnTiles, recipe_format, tiles_for
+from flamia.kernels.configs import ROUTES, AttnTiles, tiles_for
 from flamia.kernels.layout import aligned_starts, transposed_extent, transposed_reference
 from flamia.reference.emulated import emulate_forward
 
@@ -44,13 +44,14 @@ def cu_seqlens(lengths) -> torch.Tensor:
 
 
 def kernel_inputs(fwd):
-    """The kernel's operands from the emulator's: codes in the recipe's format (float8 E4M3
-    or bf16), int8 exponents, V^T [Hkv, D, Tk_t] (the aligned layout, zeros outside
-    documents) and PV."""
-    codes = recipe_format(fwd.spec.recipe.name).torch_dtype
+    """The kernel's operands from the emulator's: codes in the recipe's formats (float8 E4M3
+    or bf16; the mixed NVFP4 route's Q and K bf16), int8 exponents, V^T [Hkv, D, Tk_t] (the
+    aligned layout, zeros outside documents) and PV."""
+    route = ROUTES[fwd.spec.recipe.name]
+    codes, scores = route.codes.torch_dtype, route.scores.torch_dtype
     vt = transposed_reference(fwd.v_op.codes, fwd.spec.cu_seqlens_k, codes)
     exps = [op.exps.to(torch.int8) for op in (fwd.q_op, fwd.k_op, fwd.v_op)]
-    return (fwd.q_op.codes.to(codes), exps[0], fwd.k_op.codes.to(codes), exps[1], vt.to(codes), exps[2], fwd.pv)
+    return (fwd.q_op.codes.to(scores), exps[0], fwd.k_op.codes.to(scores), exps[1], vt.to(codes), exps[2], fwd.pv)
 
 
 def launch(fwd):
@@ -59,7 +60,7 @@ def launch(fwd):
     return attention_forward(*kernel_inputs(fwd), sp.cu_seqlens_q, sp.cu_seqlens_k, aligned_starts(sp.cu_seqlens_k),
                              causal=sp.causal, window_size=sp.window_size,
                              softmax_scale=sp.softmax_scale, tau=sp.recipe.tau, sigma=sp.recipe.sigma,
-                             scale_block=sp.recipe.scale_block, tiles=fwd.tiles)
+                             scale_block=sp.recipe.scale_block, tiles=fwd.tiles, p4=ROUTES[sp.recipe.name].p4)
 
 
 def run_both(lens_q, lens_k, heads, d, causal, window, tile_cfg, seed, recipe="mxfp8"):
@@ -156,11 +157,21 @@ def test_forward_matches_emulator(name, recipe):
     assert_matches(got, fwd)
 
 
-@pytest.mark.parametrize("recipe", ["mxfp8", "bf16"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_forward_matches_emulator_nvfp4(name):
+    """The mixed NVFP4 route: bf16 score codes beside E4M3 V, 4-bit P off the diagonal tiles
+    (key tiles of at least one 32-key P group)."""
+    lens_q, lens_k, heads, d, causal, window, (bm, bn) = CASES[name]
+    got, fwd = run_both(lens_q, lens_k or lens_q, heads, d, causal, window, tiles(bm, max(bn, 32)), seed=len(name),
+                        recipe="nvfp4")
+    assert_matches(got, fwd)
+
+
+@pytest.mark.parametrize("recipe", ["mxfp8", "bf16", "nvfp4"])
 def test_forward_default_tiles(recipe):
     """The shipped 128 x 128 tiles: one query tile per document at these lengths."""
     got, fwd = run_both((111, 1, 0, 63), (111, 1, 0, 63), (2, 1), 128, True, (-1, -1),
-                        tiles_for(128, recipe_format(recipe)), seed=3, recipe=recipe)
+                        tiles_for(128, ROUTES[recipe].scores), seed=3, recipe=recipe)
     assert_matches(got, fwd)
 
 
@@ -179,11 +190,11 @@ def test_forward_names_bad_argument():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("recipe", ["mxfp8", "bf16"])
+@pytest.mark.parametrize("recipe", ["mxfp8", "bf16", "nvfp4"])
 def test_forward_matches_emulator_gpu(recipe):
     """4 documents x 4096 tokens, 16 heads, D=128, causal, the shipped tiles."""
     lens = (4096,) * 4
-    got, fwd = run_both(lens, lens, (16, 16), 128, True, (-1, -1), tiles_for(128, recipe_format(recipe)), seed=0,
+    got, fwd = run_both(lens, lens, (16, 16), 128, True, (-1, -1), tiles_for(128, ROUTES[recipe].codes), seed=0,
                         recipe=recipe)
     assert_near(got, fwd)
 
@@ -196,7 +207,7 @@ GLUON_CASES = {**{name: case[:6] for name, case in CASES.items()},
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("recipe", ["mxfp8", "bf16"])
+@pytest.mark.parametrize("recipe", ["mxfp8", "bf16", "nvfp4"])
 @pytest.mark.parametrize("block_n", [64, 128])
 @pytest.mark.parametrize("name", list(GLUON_CASES))
 def test_gluon_forward_equals_triton(name, block_n, recipe):
@@ -204,15 +215,16 @@ def test_gluon_forward_equals_triton(name, block_n, recipe):
     tiles (the shipped ones of the head dim and format, with key tiles of block_n): out, lse,
     m and ro equal bit for bit."""
     case = GLUON_CASES[name]
-    assert_gluon_equals_triton(*case, replace(tiles_for(case[3], recipe_format(recipe)), fwd_block_n=block_n),
+    assert_gluon_equals_triton(*case, replace(tiles_for(case[3], ROUTES[recipe].codes), fwd_block_n=block_n),
                                seed=len(name), recipe=recipe)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_gluon_forward_equals_triton_per_token_exponents():
-    """The exact recipe's per-token exponents: the Gluon kernel reads a key word per key."""
-    assert_gluon_equals_triton(*GLUON_CASES["long-causal-gqa"], AttnTiles(), seed=5, recipe="mxfp8-exact")
+@pytest.mark.parametrize("recipe", ["mxfp8-exact", "nvfp4-exact"])
+def test_gluon_forward_equals_triton_per_token_exponents(recipe):
+    """The exact recipes' per-token exponents: the Gluon kernel reads a key word per key."""
+    assert_gluon_equals_triton(*GLUON_CASES["long-causal-gqa"], AttnTiles(), seed=5, recipe=recipe)
 
 
 def assert_gluon_equals_triton(lens_q, lens_k, heads, d, causal, window, gluon, seed, recipe="mxfp8"):

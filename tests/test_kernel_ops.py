@@ -1,4 +1,4 @@
-"""The whole MXFP8 and BF16 training calls on the GPU (flamia/kernels/ops.py: quantizers, forward,
+"""The whole MXFP8, BF16 and mixed NVFP4 training calls on the GPU (flamia/kernels/ops.py: quantizers, forward,
 backward with the in-kernel rotate-back and output cast) against the emulator through the
 public API, on odd packed lengths with GQA, for bf16 and fp16 inputs. The CPU suite checks
 each kernel against the emulator under the interpreter (test_kernel_*.py); this checks the
@@ -12,7 +12,7 @@ from flamia.workload import as_attention, make_packed_inputs, training_call
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
 
-@pytest.mark.parametrize("recipe", ["mxfp8", "bf16"])
+@pytest.mark.parametrize("recipe", ["mxfp8", "bf16", "nvfp4"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("lengths", [(1000, 333, 1, 77), (5, 1, 9)], ids=["packed", "tiny"])

@@ -161,7 +161,7 @@ def _grads(inputs, recipe, causal, window, cu_k=None):
 
 @cuda
 @pytest.mark.gpu
-@pytest.mark.parametrize("recipe", ["mxfp8", "bf16", "mxfp8-exact"])
+@pytest.mark.parametrize("recipe", ["mxfp8", "bf16", "mxfp8-exact", "nvfp4"])
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("lengths,heads,causal,window,shared",
                          [((1000, 333, 1, 77), (8, 2), True, (-1, -1), True),

@@ -29,11 +29,11 @@ import triton.language as tl
 from ..formats.hadamard import HADAMARD_DIMS
 from ..masks import effective_window
 from ..validation import INPUT_DTYPES
-from .configs import SUPPORTED_HEAD_DIMS, AttnTiles, format_of
+from .configs import E4M3, SUPPORTED_HEAD_DIMS, AttnTiles, format_of
 from .attn_dkdv_gluon import dkdv_descriptors, dkdv_gluon_kernel, query_record_layout
 from .attn_dq_gluon import dq_descriptors, dq_gluon_kernel
-from .bwd_math import (doc_bounds, grad_scores, masked_step, query_factors, reciprocal_pow2, row_scaled_codes,
-                       step_range, store_dq)
+from .bwd_math import (doc_bounds, forward_diagonal, grad_scores, masked_step, query_factors, reciprocal_pow2,
+                       row_scaled_codes, step_range, store_dq)
 from .fp8 import interpreting, maybe_masked_load, mma, mul_rn, pow2, to_codes, to_output
 from .hadamard import rotate
 from .layout import check_operand, mma_token_order, transposed_extent
@@ -101,8 +101,9 @@ def _dq_atomic_add(p_dqa, b_gt, b_kt, qinv, o_i, m_i, heads_q, D: tl.constexpr, 
 
 @triton.jit
 def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_rec, p_dote, p_dqa, geo, span_q,
-               heads_q, tq_t, D: tl.constexpr, BM: tl.constexpr,
-               MASK: tl.constexpr, DQ_ATOMIC: tl.constexpr, CODES: tl.constexpr, INTERPRET: tl.constexpr):
+               heads_q, tq_t, diag, D: tl.constexpr, BM: tl.constexpr,
+               MASK: tl.constexpr, DQ_ATOMIC: tl.constexpr, CODES: tl.constexpr, P4: tl.constexpr,
+               INTERPRET: tl.constexpr):
     """One query step [i0, i0 + BM) of a key tile: adds its dK payload (without its keys'
     2^(eK - eV): W^T of ``grad_scores``) and its dV payload to acc_dk, acc_dv [BN, D], and with
     DQ_ATOMIC its dQ payload to p_dqa (``_dq_atomic_add``; b_kt [D, BN] K^T codes). b_k,
@@ -110,7 +111,8 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_r
     row factor; o_k: [BN] key
     positions; p_rows = (Q^, dO^) row-major and p_cols = (Q^T, dOt^T) transposed (row stride
     tq_t), p_rec as ``query_factors``, p_dote (dot_exps) and p_dqa: all at the document's
-    first row (column) and the head; span_q: the document's transposed span (``doc_bounds``)."""
+    first row (column) and the head; span_q: the document's transposed span (``doc_bounds``);
+    diag: the step lies in a diagonal forward tile (``forward_diagonal``; P4 only)."""
     p_q, p_do = p_rows
     p_qt, p_dott = p_cols
     o_i = i0 + tl.arange(0, BM)  # [BM] query positions
@@ -127,7 +129,8 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_r
     b_zero = tl.zeros([b_k.shape[0], BM], dtype=tl.float32)
     b_st = mma(b_k, tl.trans(b_q), b_zero, INTERPRET)  # [BN, BM] S^T
     b_dpt = mma(b_v, tl.trans(b_do), b_zero, INTERPRET)  # [BN, BM] dP^T before its factors
-    b_pct, b_wt = grad_scores(b_st, b_dpt, key[0], qg, qry, key[2], o_i, o_k, geo, 1, MASK, CODES, INTERPRET)
+    b_pct, b_wt = grad_scores(b_st, b_dpt, key[0], qg, qry, key[2], o_i, o_k, geo, 1, MASK, CODES, INTERPRET,
+                              P4=P4, DIAG=diag)
     if CODES == tl.float8e4nv:
         b_dv = mma(mma_token_order(b_pct, CODES), tl.trans(b_dott), tl.zeros_like(acc_dv), INTERPRET)  # [BN, D]
         acc_dv += b_dv * pow2(e_dot)
@@ -147,7 +150,8 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_krec,
                  tq_t, tk_t,
                  GROUP: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
                  BN: tl.constexpr, SCALE_BLOCK: tl.constexpr, ROTATE_STAGES: tl.constexpr, DQ_ATOMIC: tl.constexpr,
-                 CODES: tl.constexpr, INTERPRET: tl.constexpr):
+                 CODES: tl.constexpr, P4: tl.constexpr, FBM: tl.constexpr, FBN: tl.constexpr,
+                 INTERPRET: tl.constexpr):
     """Program ((document, key tile), KV head): dK and dV [BN, D] of the tile, summed over
     the query heads of its GQA group, stored in p_dk's dtype (dK rotated back when
     ROTATE_STAGES > 0); with DQ_ATOMIC, also the tile's dQ payloads, added to the fp32
@@ -190,13 +194,15 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_krec,
         p_dqa_h = p_dqa + o_qd
         for j in range(full_lo, full_hi):
             acc_dk, acc_dv = _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, j * BM, p_rows, p_cols, p_rec_h,
-                                        p_dote + o_qe, p_dqa_h, geo, span_q, heads_q, tq_t, D, BM,
-                                        False, DQ_ATOMIC, CODES, INTERPRET)
+                                        p_dote + o_qe, p_dqa_h, geo, span_q, heads_q, tq_t,
+                                        forward_diagonal(j * BM, k0, geo, FBM, FBN), D, BM,
+                                        False, DQ_ATOMIC, CODES, P4, INTERPRET)
         for t in range(0, (full_lo - lo) + (hi - full_hi)):
             i0 = masked_step(t, lo, full_lo, full_hi) * BM
             acc_dk, acc_dv = _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_rec_h,
-                                        p_dote + o_qe, p_dqa_h, geo, span_q, heads_q, tq_t, D, BM,
-                                        True, DQ_ATOMIC, CODES, INTERPRET)
+                                        p_dote + o_qe, p_dqa_h, geo, span_q, heads_q, tq_t,
+                                        forward_diagonal(i0, k0, geo, FBM, FBN), D, BM,
+                                        True, DQ_ATOMIC, CODES, P4, INTERPRET)
     o_out = o_kv + o_k.to(tl.int64)[:, None] * (heads_kv * D) + tl.arange(0, D)[None, :]  # [BN, D]
     # [BN, D]: 2^-eK 2^(eK - eV) of the payload, times the softmax scale, then rotated back
     b_dk = rotate(mul_rn(acc_dk, (scale * key[3])[:, None], INTERPRET), inv_sqrt_d, ROTATE_STAGES)
@@ -205,16 +211,16 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_krec,
 
 
 @triton.jit
-def _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt, p_krec, n_k, geo, span_k, heads_kv, tk_t,
+def _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt, p_krec, n_k, geo, span_k, heads_kv, tk_t, diag,
              D: tl.constexpr, BN: tl.constexpr, SCALE_BLOCK: tl.constexpr, MASK: tl.constexpr,
-             CODES: tl.constexpr, INTERPRET: tl.constexpr):
+             CODES: tl.constexpr, P4: tl.constexpr, INTERPRET: tl.constexpr):
     """One key step [k0, k0 + BN) of a query tile: acc [BM, D] += its dQ payload. b_q, b_do:
     [BM, D] codes; qx: the scores' row factor s2 2^eQ and qry: ``query_factors``'s second
     part, [BM]; o_i: [BM] query positions; p_rows = (K^, V^)
     row-major, p_kt K^T transposed (row stride tk_t) and p_krec (``key_records``, read once per
     scale block of SCALE_BLOCK keys, ``block_key_records``; n_k: the keys it holds from there):
     all at the document's first key (column) and the KV head; span_k: the document's transposed
-    span."""
+    span; diag: the step lies in a diagonal forward tile (``forward_diagonal``; P4 only)."""
     p_k, p_v = p_rows
     o_k = k0 + tl.arange(0, BN)  # [BN] key positions
     m_k = o_k < geo[1]
@@ -226,7 +232,8 @@ def _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt, p_krec, n_k, geo, s
     b_zero = tl.zeros([b_q.shape[0], BN], dtype=tl.float32)
     b_s = mma(b_q, tl.trans(b_k), b_zero, INTERPRET)  # [BM, BN] S
     b_dp = mma(b_do, tl.trans(b_v), b_zero, INTERPRET)  # [BM, BN] dP before its factors
-    _, b_g = grad_scores(b_s, b_dp, qx, kf, qry, vf, o_i, o_k, geo, 0, MASK, CODES, INTERPRET)  # [BM, BN] payload G
+    _, b_g = grad_scores(b_s, b_dp, qx, kf, qry, vf, o_i, o_k, geo, 0, MASK, CODES, INTERPRET,
+                         P4=P4, DIAG=diag)  # [BM, BN] payload G
     return _add_row_scaled_mma(acc, b_g, tl.trans(b_kt), CODES, INTERPRET)
 
 
@@ -235,7 +242,8 @@ def _dq_kernel(p_q, p_k, p_kt, p_v, p_do, p_rec, p_krec, p_cu_q, p_cu_k, p_cu_qt
                s2, scale,
                inv_sqrt_d, wl, wr, total_q, total_k, heads_q, tk_t, GROUP: tl.constexpr,
                D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, SCALE_BLOCK: tl.constexpr,
-               ROTATE_STAGES: tl.constexpr, CODES: tl.constexpr, INTERPRET: tl.constexpr):
+               ROTATE_STAGES: tl.constexpr, CODES: tl.constexpr, P4: tl.constexpr, FBM: tl.constexpr,
+               FBN: tl.constexpr, INTERPRET: tl.constexpr):
     """Program ((document, query tile), query head): dQ [BM, D] of the tile in p_dq's dtype
     (rotated back when ROTATE_STAGES > 0). The work list puts long documents first and, in
     each, the last tile: under a causal mask it sees the most keys."""
@@ -265,11 +273,13 @@ def _dq_kernel(p_q, p_k, p_kt, p_v, p_do, p_rec, p_krec, p_cu_q, p_cu_k, p_cu_qt
     acc = tl.zeros([BM, D], dtype=tl.float32)
     for j in range(full_lo, full_hi):
         acc = _dq_step(acc, b_q, b_do, qx, qry, o_i, j * BN, p_rows, p_kt_doc, p_krec_doc, total_k - k_start, geo,
-                       span_k, heads_kv, tk_t, D, BN, SCALE_BLOCK, False, CODES, INTERPRET)
+                       span_k, heads_kv, tk_t, forward_diagonal(i0, j * BN, geo, FBM, FBN), D, BN, SCALE_BLOCK,
+                       False, CODES, P4, INTERPRET)
     for t in range(0, (full_lo - lo) + (hi - full_hi)):
         k0 = masked_step(t, lo, full_lo, full_hi) * BN
         acc = _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt_doc, p_krec_doc, total_k - k_start, geo,
-                       span_k, heads_kv, tk_t, D, BN, SCALE_BLOCK, True, CODES, INTERPRET)
+                       span_k, heads_kv, tk_t, forward_diagonal(i0, k0, geo, FBM, FBN), D, BN, SCALE_BLOCK,
+                       True, CODES, P4, INTERPRET)
     # 2^-eQ of dQ's code scale, exact before the softmax scale's one rounding (NUMERICS.md 4)
     acc = acc * reciprocal_pow2(qg)[:, None]
     store_dq(p_dq, acc, q_start + o_i, tl.arange(0, D), m_i, h_q, heads_q, scale, inv_sqrt_d, ROTATE_STAGES, INTERPRET)
@@ -294,10 +304,12 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
                        sigma: int, scale_block: int, tiles: AttnTiles, rotate: bool = False,
                        out_dtype: torch.dtype = torch.float32,
                        key_rec: torch.Tensor | None = None, records: torch.Tensor | None = None,
-                       dkdv_work: torch.Tensor | None = None,
-                       dq_work: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                       dkdv_work: torch.Tensor | None = None, dq_work: torch.Tensor | None = None,
+                       p4: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dQ, dK, dV of the MXFP8 or BF16 route (NUMERICS.md 4), with dQ and dK rotated back by the
-    Hadamard transform when ``rotate`` (Q and K were rotated), in the kernels' epilogues.
+    Hadamard transform when ``rotate`` (Q and K were rotated), in the kernels' epilogues. The
+    mixed NVFP4 route (NUMERICS.md 6): q_codes and k_codes are its bfloat16 score codes, every
+    other code E4M3, and p4 rebuilds the forward's 4-bit P off its diagonal tiles.
 
     Codes are float8_e4m3fn (MXFP8) or bfloat16 (BF16, every exponent 0), one dtype: q_codes,
     do_codes [Tq, Hq, D]; k_codes, v_codes [Tk, Hkv, D]; q_codes_t, dot_codes_t [Hq, D, Tq_t] and
@@ -332,10 +344,15 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
         raise ValueError(f"rotate: the Hadamard rotation needs head dim in {HADAMARD_DIMS}, got {d}")
     num_docs = cu_seqlens_q.shape[0] - 1
     tq_t, tk_t = transposed_extent(tq, num_docs), transposed_extent(tk, num_docs)
-    codes, i8, i32 = format_of(q_codes).torch_dtype, torch.int8, torch.int32
+    fmt, scores = format_of(q_codes_t), format_of(q_codes)
+    codes, i8, i32 = fmt.torch_dtype, torch.int8, torch.int32
+    if p4 and (fmt != E4M3 or tiles.fwd_block_n % tiles.bwd_block_n or tiles.fwd_block_m % tiles.bwd_block_m
+               or tiles.fwd_block_m % tiles.dq_block_m or tiles.fwd_block_n % tiles.dq_block_n):
+        raise ValueError(f"p4: 4-bit P needs E4M3 codes (got {codes}) and backward tiles that nest in the forward's "
+                         f"(got {tiles})")
     for name, x, dtype, shape in (
-            ("q_codes", q_codes, codes, (tq, hq, d)), ("q_codes_t", q_codes_t, codes, (hq, d, tq_t)),
-            ("q_exps", q_exps, i8, (tq, hq)), ("k_codes", k_codes, codes, (tk, hkv, d)),
+            ("q_codes", q_codes, scores.torch_dtype, (tq, hq, d)), ("q_codes_t", q_codes_t, codes, (hq, d, tq_t)),
+            ("q_exps", q_exps, i8, (tq, hq)), ("k_codes", k_codes, scores.torch_dtype, (tk, hkv, d)),
             ("k_codes_t", k_codes_t, codes, (hkv, d, tk_t)), ("k_exps", k_exps, i8, (tk, hkv)),
             ("v_codes", v_codes, codes, (tk, hkv, d)), ("v_exps", v_exps, i8, (tk, hkv)),
             ("do_codes", do_codes, codes, (tq, hq, d)), ("do_exps", do_exps, i8, (tq, hq)),
@@ -357,8 +374,8 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     wl, wr = (w if w >= 0 else unbounded for w in (wl, wr))
     args = dict(s2=softmax_scale * LOG2E, scale=softmax_scale, inv_sqrt_d=1.0 / math.sqrt(d), wl=wl, wr=wr,
                 total_q=tq, total_k=tk, heads_q=hq, GROUP=hq // hkv, D=d,
-                ROTATE_STAGES=d.bit_length() - 1 if rotate else 0, CODES=format_of(q_codes).codes,
-                INTERPRET=interpreting())
+                ROTATE_STAGES=d.bit_length() - 1 if rotate else 0, CODES=fmt.codes, P4=p4, FBM=tiles.fwd_block_m,
+                FBN=tiles.fwd_block_n, INTERPRET=interpreting())
     # dq_atomic: the dK/dV kernel adds every dQ payload into an fp32 [Tq, Hq, D] buffer
     # (zeroed here, inside the captured call), which one more pass scales and stores.
     dq_sums = torch.zeros((tq, hq, d), dtype=torch.float32, device=dev) if tiles.dq_atomic else dq
@@ -371,7 +388,7 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     if key_rec is None:
         key_rec = key_records(k_exps, v_exps)
     check_operand("key_rec", key_rec, i32, (hkv, tk))
-    gluon_args = {k: v for k, v in args.items() if k != "INTERPRET"}
+    gluon_args = {k: v for k, v in args.items() if k != "INTERPRET"} | {"SCORE_CODES": scores.codes}
     grid = (dkdv_work.shape[1], hkv)
     if tiles.dkdv_gluon and not interpreting():
         descs = dkdv_descriptors(q_codes, do_codes, q_codes_t, dot_codes_t, records, k_codes, v_codes,

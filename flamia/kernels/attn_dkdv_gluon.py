@@ -33,10 +33,11 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
-from .bwd_math import doc_bounds, grad_scores, masked_step, query_factors, reciprocal_pow2, row_scaled_codes, step_range
+from .bwd_math import (doc_bounds, forward_diagonal, grad_scores, masked_step, query_factors, reciprocal_pow2,
+                       row_scaled_codes, step_range)
 from .fp8 import E4M3_EQ, E4M3_MQ, mul_rn, pow2, scale_exponent, to_codes, to_e4m3, to_output
-from .gluon_tma import (WARPS, code_descriptors, copy_barriers, descriptor, mma_layout, register_a_layout, tma_load,
-                        wait_copy)
+from .gluon_tma import (WARPS, code_descriptors, copy_barriers, descriptor, mma_layout, register_a_layout, relayout,
+                        tma_load, wait_copy)
 from .hadamard import rotate
 from .layout import mma_token_order
 from .records import block_key_records, query_record_fields, record_factors
@@ -95,9 +96,10 @@ def _copy_step(g, t, slot, n_full, lo, full_lo, full_hi, h_k, q_row, q_col_t, to
 
 
 @gluon.jit
-def _issue_half(k_s, v_s, q_s, do_s, slot, h, SUB: gl.constexpr, b_zero):
-    """Start S^T = K^ Q^T and dP^T = V^ dO^T [BN, SUB] on queries h SUB.. of the step in ``slot``."""
-    b_st = warpgroup_mma(k_s, q_s.index(slot).slice(h * SUB, SUB).permute((1, 0)), b_zero, use_acc=False,
+def _issue_half(k_s, v_s, q_s, do_s, slot, h, SUB: gl.constexpr, b_zero_s, b_zero):
+    """Start S^T = K^ Q^T and dP^T = V^ dO^T [BN, SUB] on queries h SUB.. of the step in ``slot``
+    (b_zero_s, b_zero: fp32 zeros in their layouts)."""
+    b_st = warpgroup_mma(k_s, q_s.index(slot).slice(h * SUB, SUB).permute((1, 0)), b_zero_s, use_acc=False,
                          is_async=True)
     b_dpt = warpgroup_mma(v_s, do_s.index(slot).slice(h * SUB, SUB).permute((1, 0)), b_zero, use_acc=False,
                           is_async=True)
@@ -105,10 +107,10 @@ def _issue_half(k_s, v_s, q_s, do_s, slot, h, SUB: gl.constexpr, b_zero):
 
 
 @gluon.jit
-def _issue_scores(k_s, v_s, q_s, do_s, bars, n, STAGES: gl.constexpr, SUB: gl.constexpr, b_zero):
+def _issue_scores(k_s, v_s, q_s, do_s, bars, n, STAGES: gl.constexpr, SUB: gl.constexpr, b_zero_s, b_zero):
     """Wait for the n-th step's copies and start its first half's S^T and dP^T (``_issue_half``)."""
     wait_copy(bars, n, STAGES)
-    return _issue_half(k_s, v_s, q_s, do_s, n % STAGES, 0, SUB, b_zero)
+    return _issue_half(k_s, v_s, q_s, do_s, n % STAGES, 0, SUB, b_zero_s, b_zero)
 
 
 @gluon.jit
@@ -156,14 +158,17 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
                       p_cu_qt, p_cu_kt, p_work, width, p_dk, p_dv, s2, scale, inv_sqrt_d, wl, wr, total_q, total_k,
                       heads_q, GROUP: gl.constexpr, D: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
                       SCALE_BLOCK: gl.constexpr, STAGES: gl.constexpr, ROTATE_STAGES: gl.constexpr,
-                      REC_L: gl.constexpr, CODES: gl.constexpr):
+                      REC_L: gl.constexpr, CODES: gl.constexpr, P4: gl.constexpr, FBM: gl.constexpr,
+                      FBN: gl.constexpr, SCORE_CODES: gl.constexpr):
     """``attn_bwd._dkdv_kernel``'s arguments and outputs without DQ_ATOMIC (BN = 64, 4 warps),
     with Q^, dO^ ([Tq, Hq D] by [BM, D]), Q^T, dOt^T ([Hq D, Tq_t] by [D, BM]) and K^, V^
     ([Tk, Hkv D] by [BN, D]) as TMA descriptors, p_krec the ``key_records`` words (exponents per
     SCALE_BLOCK keys from the document's start), and REC_L
     (``query_record_layout(32)``) the layout of a half-step's [32, 4] query records. BM is 32
-    or 64 (``AttnTiles`` checks it)."""
+    or 64 (``AttnTiles`` checks it). K^ and Q^ in SCORE_CODES (the mixed NVFP4 route's bf16
+    beside E4M3 codes)."""
     SUB: gl.constexpr = 32  # queries per S^T, dP^T product: a step of BM queries takes BM / SUB of them
+    SS_L: gl.constexpr = mma_layout(SUB, SCORE_CODES)  # S^T's accumulator; relayouts to dP^T's
     S_L: gl.constexpr = mma_layout(SUB, CODES)
     O_L: gl.constexpr = mma_layout(D, CODES)
     A_L: gl.constexpr = register_a_layout(O_L, CODES)
@@ -189,9 +194,9 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
     n_steps = GROUP * n_head
     q_row, q_col_t = q_start.to(gl.int32), q_start_t.to(gl.int32)  # TMA coordinates
 
-    k_s = gl.allocate_shared_memory(CODES, [BN, D], k_desc.layout)
+    k_s = gl.allocate_shared_memory(SCORE_CODES, [BN, D], k_desc.layout)
     v_s = gl.allocate_shared_memory(CODES, [BN, D], v_desc.layout)
-    q_s = gl.allocate_shared_memory(CODES, [STAGES, BM, D], q_desc.layout)
+    q_s = gl.allocate_shared_memory(SCORE_CODES, [STAGES, BM, D], q_desc.layout)
     do_s = gl.allocate_shared_memory(CODES, [STAGES, BM, D], do_desc.layout)
     qt_s = gl.allocate_shared_memory(CODES, [STAGES, D, BM], qt_desc.layout)
     dott_s = gl.allocate_shared_memory(CODES, [STAGES, D, BM], dott_desc.layout)
@@ -223,11 +228,12 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
     o_j = gl.arange(0, SUB, layout=QRY)                              # [SUB]
     acc_dk = gl.zeros([BN, D], gl.float32, layout=O_L)
     acc_dv = gl.zeros([BN, D], gl.float32, layout=O_L)
+    b_zero_ss = gl.zeros([BN, SUB], gl.float32, layout=SS_L)
     b_zero_s = gl.zeros([BN, SUB], gl.float32, layout=S_L)
     b_zero_o = gl.zeros([BN, D], gl.float32, layout=O_L)
 
     mbarrier.wait(bars.index(STAGES), 0)
-    s_nxt, dp_nxt = _issue_scores(k_s, v_s, q_s, do_s, bars, 0, STAGES, SUB, b_zero_s)
+    s_nxt, dp_nxt = _issue_scores(k_s, v_s, q_s, do_s, bars, 0, STAGES, SUB, b_zero_ss, b_zero_s)
     g_now, t_now = 0, 0  # the loop's head and step
     for n in range(n_steps):
         slot = n % STAGES
@@ -240,15 +246,17 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
         # Each half's query factors are read and decoded while its S^T and dP^T run (the
         # step's records came with its codes: _issue_scores waited for them).
         qg, qry = _half_factors(rec_s.index(slot).slice(0, SUB), REC_L, QRY)
+        diag = forward_diagonal(j * BM, k0, geo, FBM, FBN)
         b_st, b_dpt = warpgroup_mma_wait(0, deps=(s_nxt, dp_nxt))   # [BN, SUB] S^T, dP^T before their factors
         if BM == 2 * SUB:  # the second half's products run under the first half's payload
-            s_nxt, dp_nxt = _issue_half(k_s, v_s, q_s, do_s, slot, 1, SUB, b_zero_s)
-        b_pc0, b_w0 = grad_scores(b_st, b_dpt, sx, qg, qry, vf, j * BM + o_j, o_k, geo, 1, masked, CODES, False)
+            s_nxt, dp_nxt = _issue_half(k_s, v_s, q_s, do_s, slot, 1, SUB, b_zero_ss, b_zero_s)
+        b_pc0, b_w0 = grad_scores(relayout(b_st, S_L), b_dpt, sx, qg, qry, vf, j * BM + o_j, o_k, geo, 1, masked,
+                                  CODES, False, P4, diag, relayout, S_L)
         if BM == 2 * SUB:
             qg, qry = _half_factors(rec_s.index(slot).slice(SUB, SUB), REC_L, QRY)
             b_st, b_dpt = warpgroup_mma_wait(0, deps=(s_nxt, dp_nxt))
-            b_pc1, b_w1 = grad_scores(b_st, b_dpt, sx, qg, qry, vf, j * BM + SUB + o_j, o_k, geo, 1, masked, CODES,
-                                      False)
+            b_pc1, b_w1 = grad_scores(relayout(b_st, S_L), b_dpt, sx, qg, qry, vf, j * BM + SUB + o_j, o_k, geo, 1,
+                                      masked, CODES, False, P4, diag, relayout, S_L)
         else:
             b_pc1, b_w1 = b_pc0, b_w0                                # one half: unused
         # The slot step n - 1 used is free: its products have completed.
@@ -274,7 +282,7 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
         else:
             b_dk = _step_product(b_gc0, b_gc1, qt_s.index(slot), BM, A_L, CODES, b_zero_o)  # [BN, D]
             acc_dk = acc_dk + b_dk * gl.convert_layout(b_f, OKEY)[:, None]
-        s_nxt, dp_nxt = _issue_scores(k_s, v_s, q_s, do_s, bars, n + 1, STAGES, SUB, b_zero_s)
+        s_nxt, dp_nxt = _issue_scores(k_s, v_s, q_s, do_s, bars, n + 1, STAGES, SUB, b_zero_ss, b_zero_s)
     warpgroup_mma_wait(0, deps=(s_nxt, dp_nxt))
     for i in gl.static_range(STAGES - 2):
         wait_copy(bars, n_steps + 1 + i, STAGES)

@@ -20,10 +20,11 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
-from .bwd_math import (doc_bounds, grad_scores, masked_step, query_factors, reciprocal_pow2, row_scaled_codes,
-                       step_range, store_dq)
+from .bwd_math import (doc_bounds, forward_diagonal, grad_scores, masked_step, query_factors, reciprocal_pow2,
+                       row_scaled_codes, step_range, store_dq)
 from .fp8 import to_codes
-from .gluon_tma import WARPS, code_descriptors, copy_barriers, mma_layout, register_a_layout, tma_load, wait_copy
+from .gluon_tma import (WARPS, code_descriptors, copy_barriers, mma_layout, register_a_layout, relayout, tma_load,
+                        wait_copy)
 from .layout import mma_token_order
 from .records import block_key_records, query_fields_by_word, record_factors
 from .worklist import program_tile
@@ -43,12 +44,12 @@ def _copy_keys(k_desc, v_desc, kt_desc, k_s, v_s, kt_s, bars, slot, k_row, kv_co
 
 
 @gluon.jit
-def _issue_scores(q_s, do_s, k_s, v_s, bars, n, STAGES: gl.constexpr, b_zero):
+def _issue_scores(q_s, do_s, k_s, v_s, bars, n, STAGES: gl.constexpr, b_zero_s, b_zero):
     """Wait for key step n's copies (slot n % STAGES) and start S = Q^ K^T and dP = dO^ V^T
-    [BM, BN] on them (b_zero: fp32 zeros in their layout)."""
+    [BM, BN] on them (b_zero_s, b_zero: fp32 zeros in their layouts)."""
     slot = n % STAGES
     wait_copy(bars, n, STAGES)
-    b_s = warpgroup_mma(q_s, k_s.index(slot).permute((1, 0)), b_zero, use_acc=False, is_async=True)
+    b_s = warpgroup_mma(q_s, k_s.index(slot).permute((1, 0)), b_zero_s, use_acc=False, is_async=True)
     b_dp = warpgroup_mma(do_s, v_s.index(slot).permute((1, 0)), b_zero, use_acc=False, is_async=True)
     return b_s, b_dp
 
@@ -65,10 +66,13 @@ def dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, kt_desc, p_rec, p_krec, p_c
                     p_work, width, p_dq, s2, scale, inv_sqrt_d, wl, wr, total_q, total_k, heads_q,
                     GROUP: gl.constexpr, D: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
                     SCALE_BLOCK: gl.constexpr, STAGES: gl.constexpr, ROTATE_STAGES: gl.constexpr,
-                    CODES: gl.constexpr):
+                    CODES: gl.constexpr, P4: gl.constexpr, FBM: gl.constexpr, FBN: gl.constexpr,
+                    SCORE_CODES: gl.constexpr):
     """``attn_bwd._dq_kernel``'s arguments and output (BM = 64, 4 warps) with Q^, dO^ ([Tq, Hq D]
     by [BM, D]), K^, V^ ([Tk, Hkv D] by [BN, D]) and K^T ([Hkv D, Tk_t] by [D, BN]) as TMA
-    descriptors, and p_krec the ``key_records`` words."""
+    descriptors, and p_krec the ``key_records`` words; Q^ and K^ in SCORE_CODES (the mixed
+    NVFP4 route's bf16 beside E4M3 codes)."""
+    SS_L: gl.constexpr = mma_layout(BN, SCORE_CODES)  # S's accumulator; relayouts to dP's
     S_L: gl.constexpr = mma_layout(BN, CODES)
     O_L: gl.constexpr = mma_layout(D, CODES)
     G_L: gl.constexpr = register_a_layout(O_L, CODES)
@@ -91,9 +95,9 @@ def dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, kt_desc, p_rec, p_krec, p_c
     n_steps = n_full + (full_lo - lo) + (hi - full_hi)
     k_row, kt_col = k_start.to(gl.int32), k_start_t.to(gl.int32)  # TMA coordinates
 
-    q_s = gl.allocate_shared_memory(CODES, [BM, D], q_desc.layout)
+    q_s = gl.allocate_shared_memory(SCORE_CODES, [BM, D], q_desc.layout)
     do_s = gl.allocate_shared_memory(CODES, [BM, D], do_desc.layout)
-    k_s = gl.allocate_shared_memory(CODES, [STAGES, BN, D], k_desc.layout)
+    k_s = gl.allocate_shared_memory(SCORE_CODES, [STAGES, BN, D], k_desc.layout)
     v_s = gl.allocate_shared_memory(CODES, [STAGES, BN, D], v_desc.layout)
     kt_s = gl.allocate_shared_memory(CODES, [STAGES, D, BN], kt_desc.layout)
     bars = copy_barriers(STAGES + 1)  # the last: Q^'s and dO^'s
@@ -116,11 +120,12 @@ def dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, kt_desc, p_rec, p_krec, p_c
     n_k = total_k - k_start
     o_j = gl.arange(0, BN, layout=gl.SliceLayout(0, S_L))           # [BN]
     acc = gl.zeros([BM, D], gl.float32, layout=O_L)
+    b_zero_ss = gl.zeros([BM, BN], gl.float32, layout=SS_L)
     b_zero_s = gl.zeros([BM, BN], gl.float32, layout=S_L)
     b_zero_o = gl.zeros([BM, D], gl.float32, layout=O_L)
 
     mbarrier.wait(bars.index(STAGES), 0)
-    s_nxt, dp_nxt = _issue_scores(q_s, do_s, k_s, v_s, bars, 0, STAGES, b_zero_s)
+    s_nxt, dp_nxt = _issue_scores(q_s, do_s, k_s, v_s, bars, 0, STAGES, b_zero_ss, b_zero_s)
     rec_next = block_key_records(p_krec_doc, _step(0, n_full, lo, full_lo, full_hi) * BN, o_j, n_k, SCALE_BLOCK, BN)
     for n in range(n_steps):
         k0 = _step(n, n_full, lo, full_lo, full_hi) * BN
@@ -133,7 +138,8 @@ def dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, kt_desc, p_rec, p_krec, p_c
         _copy_keys(k_desc, v_desc, kt_desc, k_s, v_s, kt_s, bars, (n + STAGES - 1) % STAGES, k_row + k_ahead,
                    h_k * D, h_k * D, kt_col + k_ahead)
         kf, vf = record_factors(rec)                                # [BN] 2^eK, 2^eV
-        b_g = grad_scores(b_s, b_dp, qx, kf, qry, vf, o_i, k0 + o_j, geo, 0, n >= n_full, CODES, False)[1]  # G
+        b_g = grad_scores(relayout(b_s, S_L), b_dp, qx, kf, qry, vf, o_i, k0 + o_j, geo, 0, n >= n_full, CODES,
+                          False, P4, forward_diagonal(i0, k0, geo, FBM, FBN), relayout, S_L)[1]  # G
         b_init = b_zero_o
         if CODES == gl.bfloat16:  # BF16 payloads take no scale: the product accumulates into acc in the MMA
             b_gc = to_codes(b_g, CODES, False)
@@ -145,7 +151,7 @@ def dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, kt_desc, p_rec, p_krec, p_c
                             use_acc=CODES == gl.bfloat16, is_async=True)
         # The next step's products queue behind this dQ tile and run under its sum (after
         # the last step, on keys no row reads: two products per program kept for a uniform loop).
-        s_nxt, dp_nxt = _issue_scores(q_s, do_s, k_s, v_s, bars, n + 1, STAGES, b_zero_s)
+        s_nxt, dp_nxt = _issue_scores(q_s, do_s, k_s, v_s, bars, n + 1, STAGES, b_zero_ss, b_zero_s)
         b_t = warpgroup_mma_wait(2, deps=(b_t,))                   # [BM, D]
         if CODES == gl.bfloat16:
             acc = b_t

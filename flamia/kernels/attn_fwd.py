@@ -23,9 +23,9 @@ import triton.language as tl
 
 from ..masks import effective_window
 from .attn_fwd_gluon import attn_fwd_gluon_kernel, operand_descriptors
-from .configs import AttnTiles, format_of
+from .configs import E4M3, AttnTiles, format_of
 from .fp8 import interpreting, maybe_masked_load, mma, pow2, to_output
-from .fwd_math import finish_rows, program_geometry, scores_to_codes, visible_keys
+from .fwd_math import diagonal_tile, finish_rows, program_geometry, scores_to_codes, visible_keys
 from .layout import check_operand, mma_token_order, transposed_extent
 from .records import key_records, packed_key_factors
 from .worklist import list_extent, program_tile, tile_list
@@ -37,14 +37,14 @@ HEAD_DIMS = (64, 128)
 
 @triton.jit
 def _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k, p_vt, p_krec, k_lo, b_first, b_last,
-                 n_k, n_vt, heads_kv, tk_t,
+                 n_k, n_vt, heads_kv, tk_t, diag,
                  TAU: tl.constexpr, D: tl.constexpr, BN: tl.constexpr, MASK: tl.constexpr,
-                 CODES: tl.constexpr, INTERPRET: tl.constexpr):
+                 CODES: tl.constexpr, P4: tl.constexpr, INTERPRET: tl.constexpr):
     """One key tile, steps 1-7 of NUMERICS.md 3. p_k, p_vt, p_krec point at the
     document's first key (K^ row, V^T column, ``key_records``); k_lo: the tile's first key position
     in the document; b_first, b_last [BM]: each row's visible keys (MASK tiles only);
     n_k, n_vt: keys that K^ and V^T hold from the document's first one (load bounds);
-    tk_t: V^T's row stride.
+    tk_t: V^T's row stride; diag: whether the tile is diagonal (``diagonal_tile``; P4 only).
     Returns the updated (acc [BM, D], l [BM], m [BM])."""
     o_n = k_lo + tl.arange(0, BN)                                   # [BN] key positions
     o_d = tl.arange(0, D)
@@ -61,7 +61,7 @@ def _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k, p_vt, p_krec, k_lo, b_fi
 
     b_s = mma(b_q, tl.trans(b_k), tl.zeros([b_q.shape[0], BN], tl.float32), INTERPRET)  # [BM, BN]
     b_pq, b_alpha, b_l, b_m_new = scores_to_codes(b_s * b_kf[None, :], b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first,
-                                                  b_last, TAU, MASK, CODES, INTERPRET)
+                                                  b_last, TAU, MASK, CODES, INTERPRET, P4=P4, DIAG=diag)
     if CODES == tl.bfloat16:
         # BF16 MMAs accumulate in full fp32: P^ V^ adds into the rescaled acc inside the MMA.
         b_acc = mma(mma_token_order(b_pq, CODES), tl.trans(b_vt), b_acc * b_alpha[:, None], INTERPRET)
@@ -78,7 +78,8 @@ def _attn_fwd_kernel(p_q, p_qe, p_k, p_vt, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt
                      p_o, p_lse, p_mo, p_ro,
                      total_q, total_k, tk_t, heads_q, heads_kv, s2, window_left, window_right,
                      TAU: tl.constexpr, SIGMA: tl.constexpr, D: tl.constexpr,
-                     BM: tl.constexpr, BN: tl.constexpr, CODES: tl.constexpr, INTERPRET: tl.constexpr):
+                     BM: tl.constexpr, BN: tl.constexpr, CODES: tl.constexpr, P4: tl.constexpr,
+                     INTERPRET: tl.constexpr):
     """One ((document, query tile), query head) program; see the module docstring."""
     doc, tile = program_tile(p_work, width)  # longest documents, and their last tiles, first
     if doc < 0:
@@ -107,10 +108,11 @@ def _attn_fwd_kernel(p_q, p_qe, p_k, p_vt, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt
     t_runs = (t_lo, u_lo, u_hi, t_hi)
     for run in tl.static_range(3):
         for t in range(t_runs[run], t_runs[run + 1]):
+            diag = diagonal_tile(t, i0, len_q, len_k, off, wl, wr, BM, BN)
             b_acc, b_l, b_m = _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k_doc, p_vt_doc, p_krec_doc,
                                            t * BN, b_first, b_last, total_k - k_start, tk_t - k_start_t,
-                                           heads_kv, tk_t,
-                                           TAU, D, BN, run != 1, CODES, INTERPRET)
+                                           heads_kv, tk_t, diag,
+                                           TAU, D, BN, run != 1, CODES, P4, INTERPRET)
 
     b_ro, b_lse, b_m = finish_rows(b_l, b_m, b_pv, SIGMA)
     b_o = to_output(b_acc * b_ro[:, None], tl.bfloat16, INTERPRET)
@@ -124,12 +126,14 @@ def _attn_fwd_kernel(p_q, p_qe, p_k, p_vt, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt
 def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, cu_seqlens_q, cu_seqlens_k,
                       cu_seqlens_k_t, *, causal: bool, window_size: tuple[int, int], softmax_scale: float, tau: int,
                       sigma: int, scale_block: int, tiles: AttnTiles, key_rec: torch.Tensor | None = None,
-                      work: torch.Tensor | None = None):
+                      work: torch.Tensor | None = None, p4: bool = False):
     """The forward on quantized operands (NUMERICS.md 3), in the codes' format: float8_e4m3fn
-    (MXFP8) or bfloat16 (the BF16 recipe: every exponent 0).
+    (MXFP8) or bfloat16 (the BF16 recipe: every exponent 0). The mixed NVFP4 route
+    (NUMERICS.md 6) gives bfloat16 Q and K codes (NVFP4 values times 2^-2) beside E4M3 V
+    codes, and p4: 4-bit P off the diagonal tiles.
 
     q_codes [Tq, Hq, D] codes, q_exps [Tq, Hq] int8; k_codes [Tk, Hkv, D]
-    codes, k_exps [Tk, Hkv] int8; v_codes_t [Hkv, D, Tk_t] codes (V^T, tokens
+    codes (q_codes' dtype), k_exps [Tk, Hkv] int8; v_codes_t [Hkv, D, Tk_t] codes (V^T, tokens
     contiguous in the layout of ``layout.py``, zero codes outside documents: Hopper's FP8
     wgmma needs K-major B, so P@V reads V^T), v_exps [Tk, Hkv] int8; pv [Tq, Hkv] int32
     (``kernels.prefix.prefix_v_exponent``); scale_block: the tokens that share an exponent
@@ -152,11 +156,13 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
         raise ValueError(f"k_exps: Hq={hq} must be a multiple of Hkv, got shape {tuple(k_exps.shape)}")
     num_docs = cu_seqlens_q.shape[0] - 1
     tk_t = transposed_extent(tk, num_docs)
-    fmt = format_of(q_codes)
+    fmt, scores = format_of(v_codes_t), format_of(q_codes)
+    if p4 and fmt != E4M3:
+        raise ValueError(f"p4: 4-bit P multiplies E4M3 V codes, got v_codes_t of {v_codes_t.dtype}")
     codes, i8, i32 = fmt.torch_dtype, torch.int8, torch.int32
     for name, x, dtype, shape in (
-            ("q_codes", q_codes, codes, (tq, hq, d)), ("q_exps", q_exps, i8, (tq, hq)),
-            ("k_codes", k_codes, codes, (tk, hkv, d)), ("k_exps", k_exps, i8, (tk, hkv)),
+            ("q_codes", q_codes, scores.torch_dtype, (tq, hq, d)), ("q_exps", q_exps, i8, (tq, hq)),
+            ("k_codes", k_codes, scores.torch_dtype, (tk, hkv, d)), ("k_exps", k_exps, i8, (tk, hkv)),
             ("v_codes_t", v_codes_t, codes, (hkv, d, tk_t)), ("v_exps", v_exps, i8, (tk, hkv)),
             ("pv", pv, i32, (tq, hkv)),
             ("cu_seqlens_q", cu_seqlens_q, i32, (num_docs + 1,)), ("cu_seqlens_k", cu_seqlens_k, i32, (num_docs + 1,)),
@@ -180,12 +186,12 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
     grid = (work.shape[1], hq)
     rest = (key_rec, pv, cu_seqlens_q, cu_seqlens_k, cu_seqlens_k_t, work, work.shape[1], out, lse, m, ro,
             tq, tk, tk_t, hq, hkv, softmax_scale * LOG2E, wl, wr)
-    common = dict(TAU=tau, SIGMA=sigma, D=d, BM=tiles.fwd_block_m, BN=tiles.fwd_block_n, CODES=fmt.codes,
+    common = dict(TAU=tau, SIGMA=sigma, D=d, BM=tiles.fwd_block_m, BN=tiles.fwd_block_n, CODES=fmt.codes, P4=p4,
                   num_warps=tiles.fwd_warps)
     if tiles.fwd_gluon and not interpreting():
         q_desc, k_desc, vt_desc = operand_descriptors(q_codes, k_codes, v_codes_t, tiles.fwd_block_m, tiles.fwd_block_n)
         launch(attn_fwd_gluon_kernel, grid, q_desc, q_exps, k_desc, vt_desc, *rest, STAGES=tiles.fwd_stages,
-               SCALE_BLOCK=scale_block, **common)
+               SCALE_BLOCK=scale_block, SCORE_CODES=scores.codes, **common)
     else:
         launch(_attn_fwd_kernel, grid, q_codes, q_exps, k_codes, v_codes_t, *rest, INTERPRET=interpreting(),
                num_stages=tiles.fwd_stages, **common)

@@ -25,8 +25,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
 from .fp8 import pow2, to_output
-from .fwd_math import finish_rows, program_geometry, scores_to_codes, visible_keys
-from .gluon_tma import code_descriptors, copy_barriers, mma_layout, register_a_layout, tma_load, wait_copy
+from .fwd_math import diagonal_tile, finish_rows, program_geometry, scores_to_codes, visible_keys
+from .gluon_tma import code_descriptors, copy_barriers, mma_layout, register_a_layout, relayout, tma_load, wait_copy
 from .layout import mma_token_order
 from .records import block_key_records, record_factors
 from .worklist import program_tile
@@ -53,23 +53,20 @@ def _issue_scores(q_s, k_s, bars, j, BM: gl.constexpr, BN: gl.constexpr, STAGES:
 
 
 @gluon.jit
-def _to_rows(x, ROWS: gl.constexpr):
-    """A row vector reduced from folded scores, in the scores' row layout (the same registers)."""
-    return gl.convert_layout(x, ROWS, assert_trivial=True)
-
-
-@gluon.jit
 def attn_fwd_gluon_kernel(q_desc, p_qe, k_desc, vt_desc, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt, p_work, width,
                           p_o, p_lse, p_mo, p_ro,
                           total_q, total_k, tk_t, heads_q, heads_kv, s2, window_left, window_right,
                           TAU: gl.constexpr, SIGMA: gl.constexpr, D: gl.constexpr,
                           BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, SCALE_BLOCK: gl.constexpr,
-                          CODES: gl.constexpr):
+                          CODES: gl.constexpr, P4: gl.constexpr, SCORE_CODES: gl.constexpr):
     """``attn_fwd._attn_fwd_kernel``'s arguments and outputs (BM = 64, 4 warps), with Q^, K^
     and V^T as TMA descriptors of their 2-D views [Tq, Hq D], [Tk, Hkv D], [Hkv D, Tk_t]
-    (blocks [BM, D], [BN, D], [D, BN])."""
-    # The wgmma accumulators and P^ as the register A operand of P^ V^.
-    S_L: gl.constexpr = mma_layout(BN, CODES)
+    (blocks [BM, D], [BN, D], [D, BN]); Q^ and K^ in SCORE_CODES (the mixed NVFP4 route's
+    bf16 beside E4M3 V^), V^T in CODES."""
+    # The wgmma accumulators and P^ as the register A operand of P^ V^; S's accumulator
+    # relayouts to P^ V^'s format for free.
+    S_L: gl.constexpr = mma_layout(BN, SCORE_CODES)
+    SP_L: gl.constexpr = mma_layout(BN, CODES)
     O_L: gl.constexpr = mma_layout(D, CODES)
     P_L: gl.constexpr = register_a_layout(O_L, CODES)
     ROW: gl.constexpr = gl.SliceLayout(1, S_L)
@@ -83,8 +80,8 @@ def attn_fwd_gluon_kernel(q_desc, p_qe, k_desc, vt_desc, p_krec, p_pv, p_cu_q, p
     p_krec_doc = p_krec + hk.to(gl.int64) * total_k + k_start
     n_k = total_k - k_start
 
-    q_s = gl.allocate_shared_memory(CODES, [BM, D], q_desc.layout)
-    k_s = gl.allocate_shared_memory(CODES, [STAGES, BN, D], k_desc.layout)
+    q_s = gl.allocate_shared_memory(SCORE_CODES, [BM, D], q_desc.layout)
+    k_s = gl.allocate_shared_memory(SCORE_CODES, [STAGES, BN, D], k_desc.layout)
     v_s = gl.allocate_shared_memory(CODES, [STAGES, D, BN], vt_desc.layout)
     bars = copy_barriers(STAGES + 1)  # the last: Q^'s
     # Rows of Q^ past the document are the next document's (or zeros): their outputs are not
@@ -127,10 +124,13 @@ def attn_fwd_gluon_kernel(q_desc, p_qe, k_desc, vt_desc, p_krec, p_pv, p_cu_q, p
         # Issued once b_s is read, its product can take b_s's registers: the loop then
         # carries it without ~64 register moves per tile.
         s_next = _issue_scores(q_s, k_s, bars, j + 1, BM, BN, STAGES, S_L)
+        diag = diagonal_tile(t, i0, len_q, len_k, off, wl, wr, BM, BN)
         b_pq, b_alpha, b_l, b_m = scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU,
-                                                  (t < u_lo) | (t >= u_hi), CODES, False, _to_rows, ROW)
+                                                  (t < u_lo) | (t >= u_hi), CODES, False, relayout, ROW,
+                                                  P4, diag, S_L)
         # E4M3: P^ V^ from zero, added in fp32; BF16: into the rescaled acc inside the MMA
         # (attn_fwd._attend_tile says why).
+        b_pq = relayout(b_pq, SP_L)
         b_p_op = gl.convert_layout(mma_token_order(b_pq, CODES), P_L, assert_trivial=True)
         if CODES == gl.bfloat16:
             b_acc = b_acc * gl.convert_layout(b_alpha, gl.SliceLayout(1, O_L))[:, None]

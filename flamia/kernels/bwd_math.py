@@ -9,6 +9,7 @@ import triton
 import triton.language as tl
 
 from .fp8 import E4M3_EQ, E4M3_MQ, code_grid, mul_rn, pow2, scale_exponent, to_e4m3, to_output
+from .fwd_math import diagonal_tile, p4_values, same_layout
 from .hadamard import rotate
 from .layout import T_ALIGN as _T_ALIGN
 
@@ -42,8 +43,18 @@ def visible(o_i, o_k, geo):
 
 
 @triton.jit
+def forward_diagonal(i0, k0, geo, FBM: tl.constexpr, FBN: tl.constexpr):
+    """Whether a backward tile from query i0 and key k0 lies in a diagonal tile of the
+    forward's FBM x FBN tiles (``fwd_math.diagonal_tile``), where the mixed route kept E4M3
+    P; the backward's tiles nest in the forward's (``AttnTiles`` checks it). geo: ``visible``'s."""
+    len_q, len_k, wl, wr = geo
+    return diagonal_tile(k0 // FBN, i0 // FBM * FBM, len_q, len_k, len_k - len_q, wl, wr, FBM, FBN)
+
+
+@triton.jit
 def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.constexpr, MASK,
-                CODES: tl.constexpr, INTERPRET: tl.constexpr):
+                CODES: tl.constexpr, INTERPRET: tl.constexpr, P4: tl.constexpr = False, DIAG=True,
+                TO_LAYOUT: tl.constexpr = same_layout, TILE: tl.constexpr = None):
     """P codes and the gradient payload of one tile, NUMERICS.md 4 steps 1-6.
 
     The tile is [queries, keys] (Q_AXIS = 0, the dQ loop) or [keys, queries] (Q_AXIS = 1,
@@ -54,7 +65,9 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
     applied is exact either way. qry = (m, rf, rq, deltad) of ``query_factors`` and vf = 2^eV,
     each [N]; o_i, o_k: query and key positions [N] in the document; geo: ``visible``'s;
     MASK: apply the visibility rule by selection on P and the payload (a constexpr, or a
-    runtime flag in the Gluon dQ kernel).
+    runtime flag in the Gluon dQ kernel). P4: the mixed route's 4-bit P where DIAG (the
+    tile lies in a diagonal forward tile, ``fwd_math.diagonal_tile``) is false, its group
+    maxima over the visible keys (``fwd_math.p4_values``; TO_LAYOUT and TILE as there).
     Returns (P^ in the operand format CODES, payload fp32), tile shape. With W = fp32(fp32(Pd 2^(eV + eQ)) (dP - D))
     (dS 2^(eV + eQ): NUMERICS.md 4's dS rounded at the same places), the payload is
     G = W 2^(eK - eV) in the dQ orientation and W^T in the dK/dV one, whose key factors are
@@ -72,6 +85,14 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
     else:
         # dK/dV: col_x, the queries' 2^eQ, changes per column, so S col_x comes first.
         b_p = tl.math.exp2(tl.fma(b_s * col_x[None, :], row_x[:, None], -tl.expand_dims(m, K_AXIS)))
+    if P4:
+        if not DIAG:  # one branch per step: tiles of diagonal forward tiles keep E4M3 P
+            if MASK:  # the group maxima see no masked key, whose p is not zero here
+                if Q_AXIS == 0:
+                    b_p = tl.where(visible(o_i[:, None], o_k[None, :], geo), b_p, 0.0)
+                else:
+                    b_p = tl.where(visible(o_i[None, :], o_k[:, None], geo), b_p, 0.0)
+            b_p = p4_values(b_p, K_AXIS, TO_LAYOUT, TILE)
     # Pd comes from the fp32 value on the E4M3 grid, not from converting the fp8 codes back:
     # Triton 3.6 converts an fp8 tensor that also feeds a wgmma as its A operand to fp32 as
     # garbage (NaN dK, different from run to run).

@@ -9,11 +9,15 @@ import math
 import triton
 import triton.language as tl
 
-from .fp8 import pow2, to_codes
+from .fp4 import round_e2m1
+from .fp8 import pow2, scale_exponent, to_codes
 from .layout import T_ALIGN
 
 LN2 = tl.constexpr(math.log(2.0))
 V_ALIGN = tl.constexpr(T_ALIGN)  # V^T: every document starts at a multiple of this many columns
+P_GROUP = tl.constexpr(32)  # keys of a row sharing one power-of-two scale of 4-bit P
+E2M1_EQ = tl.constexpr(2)  # 6 = (1 + 0x400000 / 2^23) * 2^2: scale_exponent's qmax for E2M1
+E2M1_MQ = tl.constexpr(0x400000)
 
 
 @triton.jit
@@ -56,6 +60,35 @@ def visible_keys(o_m, off, wl, wr, len_k):
 
 
 @triton.jit
+def diagonal_tile(t, i0, len_q, len_k, off, wl, wr, BM: tl.constexpr, BN: tl.constexpr):
+    """Whether key tile t of the query tile at row i0 holds a masked pair of a real query and a
+    real key (``program_geometry``'s off, wl, wr): NUMERICS.md 6's diagonal tiles, where the
+    mixed route keeps E4M3 P. The tiles a program visits all hold visible pairs, and the
+    rows' visible ranges move right with the row: a masked pair exists where the last row
+    hides the tile's first key or the first row hides its last real key."""
+    i1 = tl.minimum(i0 + BM, len_q) - 1
+    k_last = tl.minimum((t + 1) * BN, len_k) - 1
+    return (t * BN < i1 + off - wl) | (k_last > i0 + off + wr)
+
+
+@triton.jit
+def p4_values(b_p, K_AXIS: tl.constexpr, TO_LAYOUT: tl.constexpr, LAYOUT: tl.constexpr):
+    """4-bit P before the V fold (NUMERICS.md 6) of b_p [R, C] fp32 (>= 0, 0 on masked keys,
+    keys along K_AXIS in groups of 32 from the document start): ``e2m1(p 2^-eg) 2^eg`` with
+    ``eg = scale_exponent(group max, 6)`` per (query, 32 keys), in b_p's layout
+    (TO_LAYOUT(x, LAYOUT), as ``scores_to_codes``' TO_ROWS)."""
+    R: tl.constexpr = b_p.shape[0]
+    C: tl.constexpr = b_p.shape[1]
+    if K_AXIS == 1:  # [queries, keys]
+        b_g = tl.reshape(b_p, [R, C // P_GROUP, P_GROUP])
+        b_eg = tl.expand_dims(scale_exponent(tl.max(b_g, 2), E2M1_EQ, E2M1_MQ), 2)  # [R, C / 32, 1]
+    else:  # [keys, queries]
+        b_g = tl.reshape(b_p, [R // P_GROUP, P_GROUP, C])
+        b_eg = tl.expand_dims(scale_exponent(tl.max(b_g, 1), E2M1_EQ, E2M1_MQ), 1)  # [R / 32, 1, C]
+    return TO_LAYOUT(tl.reshape(round_e2m1(b_g * pow2(-b_eg)) * pow2(b_eg), [R, C]), LAYOUT)
+
+
+@triton.jit
 def finish_rows(b_l, b_m, b_pv, SIGMA: tl.constexpr):
     """The epilogue's row statistics (fp32 [BM] each): ro = 2^(PV - sigma) / l, lse in natural
     log, m; rows that saw no key get ro = 0 (so O = 0) and lse = m = +inf."""
@@ -92,13 +125,15 @@ def _row_tree(x, IS_MAX: tl.constexpr, LEAVES: tl.constexpr):
 @triton.jit
 def scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU: tl.constexpr, MASK,
                     CODES: tl.constexpr, INTERPRET: tl.constexpr, TO_ROWS: tl.constexpr = same_layout,
-                    ROWS: tl.constexpr = None):
+                    ROWS: tl.constexpr = None, P4: tl.constexpr = False, DIAG=True, TILE: tl.constexpr = None):
     """NUMERICS.md 3's steps 1 (after the product) to 6 on one tile of key-scaled scores
     b_y = (Q^ K^T) * kf[None, :] [BM, BN] fp32 (the caller's multiply, so that a kernel may
     free the product's registers before its next product): the query factors, the mask
     (MASK, a constexpr or a runtime flag: rows see keys o_n [BN] in [b_first, b_last] [BM]),
     the integer running max, exp2, the row sum, the P^ codes with the V fold. Shared by the
-    Triton and the Gluon forwards, so their codes agree bit for bit.
+    Triton and the Gluon forwards, so their codes agree bit for bit. P4: the mixed route's
+    4-bit P (``p4_values``) where DIAG (``diagonal_tile``) is false; TILE: b_y's layout
+    for TO_ROWS (Gluon).
     Returns (P^ [BM, BN] in the operand format CODES, alpha [BM], l [BM], m [BM])."""
     # x = (S qf) kf of NUMERICS.md 3, in another order with the same bits: qf and kf are
     # powers of two, so y = S kf and y qf are exact, max(x) = qf max(y), and exp2's argument
@@ -116,5 +151,8 @@ def scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU: 
     b_l = b_l * b_alpha + TO_ROWS(tl.sum(_row_tree(b_p, False, 8), 1), ROWS)  # before the V fold
     # (p vf) rf as the contract writes it: p (vf rf), the backward's order, gives the same codes
     # with one multiply per score fewer, but is no faster here (NUMERICS.md 4).
+    if P4:
+        if not DIAG:  # one branch per tile: the diagonal tiles keep E4M3 P
+            b_p = p4_values(b_p, 1, TO_ROWS, TILE)
     b_pq = to_codes((b_p * b_vf[None, :]) * b_rf[:, None], CODES, INTERPRET)  # [BM, BN]
     return b_pq, b_alpha, b_l, b_m_new

@@ -76,6 +76,14 @@ def register_a_layout(parent, CODES):
 
 
 @gluon.jit
+def relayout(x, LAYOUT: gl.constexpr):
+    """x in LAYOUT where that names the same registers: a row vector reduced from a tile, a
+    tile regrouped and back, or an accumulator of another operand format (an accumulator's
+    registers do not depend on its operands'). The shared math's TO_ROWS / TO_LAYOUT."""
+    return gl.convert_layout(x, LAYOUT, assert_trivial=True)
+
+
+@gluon.jit
 def copy_barriers(N: gl.constexpr):
     """N mbarriers ([N, 1] in shared memory), each completing when its TMA copies' bytes
     have landed (one arrival: the expect), made visible to the async proxy before any copy."""

@@ -8,6 +8,7 @@ a device value on the host, so a whole training step captures in a CUDA graph.
 first call they replay its recorded launches (``replay.py``), and the forward's residuals
 travel as one workspace tensor.
 """
+from dataclasses import replace
 from typing import NamedTuple
 
 import torch
@@ -15,11 +16,12 @@ import torch
 from ..spec import AttnSpec
 from .attn_bwd import attention_backward
 from .attn_fwd import attention_forward
-from .configs import recipe_format, tiles_for
+from .configs import ROUTES, tiles_for
 from .layout import transposed_extent
 from .plan import build_plan, plan_layout
 from .prefix import prefix_v_exponent
 from .quantize import quantize_grad_output, quantize_operand
+from .quantize_fp4 import nvfp4_score_codes
 from . import replay
 from .launch import _device
 
@@ -52,16 +54,17 @@ def empty_residuals(q: torch.Tensor, k: torch.Tensor, spec: AttnSpec) -> Residua
     """Residuals of the right shapes and dtypes, uninitialised: the custom op's fake."""
     (tq, hq, d), (tk, hkv) = q.shape, k.shape[:2]
     num_docs = spec.cu_seqlens_q.shape[0] - 1
-    fmt = recipe_format(spec.recipe.name)
-    plan = plan_layout(tq, tk, num_docs, tiles_for(d, fmt))
+    route = ROUTES[spec.recipe.name]
+    plan = plan_layout(tq, tk, num_docs, tiles_for(d, route.codes))
     tq_t, tk_t = transposed_extent(tq, num_docs), transposed_extent(tk, num_docs)
-    codes, i8, i32, f32 = fmt.torch_dtype, torch.int8, torch.int32, torch.float32
+    codes, scores = route.codes.torch_dtype, route.scores.torch_dtype
+    i8, i32, f32 = torch.int8, torch.int32, torch.float32
 
     def new(shape, dtype):
         return q.new_empty(shape, dtype=dtype)
 
-    return Residuals(new((tq, hq, d), codes), new((hq, d, tq_t), codes), new((tq, hq), i8),
-                     new((tk, hkv, d), codes), new((hkv, d, tk_t), codes), new((tk, hkv), i8),
+    return Residuals(new((tq, hq, d), scores), new((hq, d, tq_t), codes), new((tq, hq), i8),
+                     new((tk, hkv, d), scores), new((hkv, d, tk_t), codes), new((tk, hkv), i8),
                      new((tk, hkv, d), codes), new((tk, hkv), i8),
                      new((num_docs + 1,), i32), new((num_docs + 1,), i32), new((hkv, tk), i32),
                      new((hq, tq), f32), new((hq, tq), f32), new((tq, hkv), i32), new((plan.words,), i32))
@@ -74,7 +77,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     # (stride(-1) == 1, as the API requires) are copied once here.
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     recipe, d = spec.recipe, q.shape[-1]
-    fmt = recipe_format(recipe.name)
+    route = ROUTES[recipe.name]
+    fmt = route.codes
     tiles, rotate, block = tiles_for(d, fmt), recipe.use_hadamard(d), recipe.scale_block
     # Q^T and K^T are written now, in the launch that reads Q and K anyway: the backward's
     # dK = G^T Q^ and dQ = G K^ need them as K-major FP8 operands. The transposed codes'
@@ -86,6 +90,9 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     kq = quantize_operand(k, spec.cu_seqlens_k, block, rotate, True, plan.cu_kt, work=k_work, fmt=fmt)
     vq = quantize_operand(v, spec.cu_seqlens_k, block, False, True, plan.cu_kt, work=k_work, key_exps=kq.exps,
                           fmt=fmt)
+    if route.scores != fmt:  # the mixed NVFP4 route: Q's and K's scores in NVFP4 sharing the exponents
+        qq = replace(qq, codes=nvfp4_score_codes(q, spec.cu_seqlens_q, qq.exps, rotate, work=plan.work("q_operand")))
+        kq = replace(kq, codes=nvfp4_score_codes(k, spec.cu_seqlens_k, kq.exps, rotate, work=k_work))
     key_rec = vq.key_rec  # read by the forward and the backward's dQ
     pv = prefix_v_exponent(vq.exps, spec.cu_seqlens_q, spec.cu_seqlens_k, q.shape[0], spec.causal,
                            spec.window_size, block)
@@ -93,7 +100,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         qq.codes, qq.exps, kq.codes, kq.exps, vq.codes_t, vq.exps, pv, spec.cu_seqlens_q, spec.cu_seqlens_k,
         vq.cu_seqlens_t, causal=spec.causal, window_size=spec.window_size,
         softmax_scale=spec.softmax_scale, tau=recipe.tau, sigma=recipe.sigma, scale_block=block, tiles=tiles,
-        key_rec=key_rec, work=plan.work("fwd"))
+        key_rec=key_rec, work=plan.work("fwd"), p4=route.p4)
     res = Residuals(qq.codes, qq.codes_t, qq.exps, kq.codes, kq.codes_t, kq.exps, vq.codes, vq.exps,
                     plan.cu_qt, plan.cu_kt, key_rec, m, ro, pv, plan.buffer)
     return out.to(q.dtype), lse, res
@@ -103,7 +110,8 @@ def backward(dout: torch.Tensor, out: torch.Tensor, res: Residuals,
              spec: AttnSpec) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq [Tq, Hq, D], dk, dv [Tk, Hkv, D] in dout's dtype from dO and the forward's out
     (any float dtype: its values are the kernel's bf16 output) and residuals."""
-    fmt = recipe_format(spec.recipe.name)
+    route = ROUTES[spec.recipe.name]
+    fmt = route.codes
     tiles = tiles_for(out.shape[-1], fmt)
     num_docs = spec.cu_seqlens_q.shape[0] - 1
     plan = plan_layout(out.shape[0], res.k_codes.shape[0], num_docs, tiles)
@@ -119,7 +127,7 @@ def backward(dout: torch.Tensor, out: torch.Tensor, res: Residuals,
         causal=spec.causal, window_size=spec.window_size, softmax_scale=spec.softmax_scale,
         sigma=spec.recipe.sigma, scale_block=spec.recipe.scale_block, tiles=tiles,
         rotate=spec.recipe.use_hadamard(out.shape[-1]), out_dtype=dout.dtype, key_rec=res.key_rec,
-        records=go.records, dkdv_work=plan.view(res.work, "dkdv"), dq_work=plan.view(res.work, "dq"))
+        records=go.records, dkdv_work=plan.view(res.work, "dkdv"), dq_work=plan.view(res.work, "dq"), p4=route.p4)
 
 
 _programs = replay.Programs()  # forward programs by call key; each holds its backward's by dO's
