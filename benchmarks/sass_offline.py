@@ -2,7 +2,8 @@
 without a GPU, and read its SASS: registers, spills, shared memory, FP8 and BF16 wgmma (QGMMA, HGMMA) counts, and the instruction mix
 of each kernel's step loop. Device time is scarce; instruction counts are not.
 
-    PYTHONPATH=. python3 benchmarks/sass_offline.py [--workload eq8x8k] [--recipe mxfp8] [--kernels REGEX] [--out FILE]
+    PYTHONPATH=. python3 benchmarks/sass_offline.py [--workload eq8x8k] [--recipe mxfp8] [--kernels REGEX]
+                                                    [--forward-only] [--out FILE]
 
 How: a first process runs the training call on the CPU under TRITON_INTERPRET=1 with every
 kernel launch intercepted and skipped, recording each launch's arguments (tensors of the
@@ -30,9 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 _MMA = ("QGMMA", "HGMMA", "HMMA")
 
 
-def capture(workload: str, recipe: str) -> list[dict]:
-    """Every kernel launch of one training call (forward + backward) on ``workload``'s shapes,
-    as {kernel, module, grid, args: [{kind, ...}], kwargs}; the kernels do not run."""
+def capture(workload: str, recipe: str, backward: bool = True) -> list[dict]:
+    """Every kernel launch of one training call (forward + backward, or the forward alone) on
+    ``workload``'s shapes, as {kernel, module, grid, args: [{kind, ...}], kwargs}; the kernels
+    do not run."""
     os.environ["TRITON_INTERPRET"] = "1"
     import torch
     import triton.language as tl
@@ -82,7 +84,8 @@ def capture(workload: str, recipe: str) -> list[dict]:
     spec = AttnSpec(i.cu_seqlens, i.cu_seqlens, i.max_seqlen, i.max_seqlen, True, q.shape[-1] ** -0.5, (-1, -1),
                     resolve_recipe(recipe))
     out, _ = ops.attention(q, k, v, spec, "triton")  # CPU tensors: the launches are recorded, not run
-    torch.autograd.grad(out, (q, k, v), i.do)
+    if backward:
+        torch.autograd.grad(out, (q, k, v), i.do)
     return launches
 
 
@@ -228,11 +231,12 @@ def main(argv=None) -> int:
     ap.add_argument("--workload", default="eq8x8k")
     ap.add_argument("--recipe", default="mxfp8", help="a recipe the triton backend runs (mxfp8, bf16)")
     ap.add_argument("--kernels", default=".", help="regex on kernel names")
+    ap.add_argument("--forward-only", action="store_true", help="the forward's launches alone")
     ap.add_argument("--out", help="also write the report as JSON here")
     ap.add_argument("--capture", action="store_true", help=argparse.SUPPRESS)  # the first process
     args = ap.parse_args(argv)
     if args.capture:
-        json.dump(capture(args.workload, args.recipe), sys.stdout)
+        json.dump(capture(args.workload, args.recipe, not args.forward_only), sys.stdout)
         return 0
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         # Kernels imported under the interpreter cannot be compiled: run again without it.
@@ -240,7 +244,7 @@ def main(argv=None) -> int:
         return subprocess.run([sys.executable, __file__, *(sys.argv[1:] if argv is None else argv)], env=env).returncode
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     recorded = subprocess.run([sys.executable, __file__, "--capture", "--workload", args.workload, "--recipe",
-                               args.recipe], env=env,
+                               args.recipe] + ["--forward-only"] * args.forward_only, env=env,
                               capture_output=True, text=True, check=True).stdout
     report, seen = {}, {}
     for launch in json.loads(recorded):
