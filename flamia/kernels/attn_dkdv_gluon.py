@@ -57,7 +57,9 @@ def _copy_queries(descs, smem, bars, slot, row, col, row_t, col_t, rec_row):
     q_desc, do_desc, qt_desc, dott_desc, rec_desc = descs
     q_s, do_s, qt_s, dott_s, rec_s = smem
     bar = bars.index(slot)
-    mbarrier.expect(bar, 2 * q_desc.block_type.nbytes + 2 * qt_desc.block_type.nbytes + rec_desc.block_type.nbytes)
+    # every tile's own bytes: Q^ may be the mixed route's bf16 beside E4M3 dO^
+    mbarrier.expect(bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes + qt_desc.block_type.nbytes
+                    + dott_desc.block_type.nbytes + rec_desc.block_type.nbytes)
     tma_load(q_desc, [row, col], bar, q_s.index(slot))
     tma_load(do_desc, [row, col], bar, do_s.index(slot))
     tma_load(qt_desc, [row_t, col_t], bar, qt_s.index(slot))
