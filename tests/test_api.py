@@ -232,7 +232,8 @@ def test_backend_resolution_on_cuda():
     q = torch.zeros(4, 2, 64, device="cuda")
     assert resolve_backend(None, RECIPES["mxfp8"], q) == "triton"
     assert resolve_backend(None, RECIPES["bf16"], q) == "triton"
-    assert resolve_backend(None, RECIPES["nvfp4"], q) == "reference"
+    assert resolve_backend(None, RECIPES["nvfp4"], q) == "triton"
+    assert resolve_backend(None, RECIPES["nvfp4"].with_(p4_sum_quantized=True), q) == "reference"
     assert resolve_backend(None, RECIPES["fp4"], q) == "reference"
     assert resolve_backend(None, ABLATION, q) == "reference"
     assert resolve_backend(None, RECIPES["bf16"].with_(hadamard=True), q) == "reference"

@@ -1,6 +1,9 @@
 """Per-shape launch programs (flamia/kernels/replay.py): what a recorded call may contain on
 the CPU, and on the GPU the replayed eager training call against the ordinary one, bit for
 bit, on packed documents of odd lengths with GQA, both head dims, masks and recipes."""
+import re
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -37,6 +40,15 @@ def test_record_collects_this_threads_launches_only():
         other.start()
         other.join()
     assert seen == [None] and getattr(launch_module.recording, "launches", None) is None
+
+
+def test_every_kernel_launch_goes_through_launch_py():
+    """A program holds the launches that ``launch.launch`` recorded: a kernel called as
+    ``kernel[grid](...)`` elsewhere would be left out of its replays, silently."""
+    root = Path(__file__).resolve().parents[1] / "flamia" / "kernels"
+    direct = [f"{path.name}:{n}" for path in sorted(root.glob("*.py")) if path.name != "launch.py"
+              for n, line in enumerate(path.read_text().splitlines(), 1) if re.search(r"\w\[grid\]\(", line)]
+    assert not direct, f"launches outside launch.launch: {direct}"
 
 
 def test_build_refuses_what_it_cannot_replay():

@@ -36,6 +36,7 @@ from .configs import QUANTIZER
 from .fp4 import e2m1_codes, e4m3_round_up, e4m3_step_exp, pack_e2m1, round_e2m1
 from .fp8 import E4M3_EQ, E4M3_MQ, interpreting, pow2, scale_exponent, to_e4m3, to_fp32, to_output
 from .hadamard import rotate
+from .launch import launch
 from .quantize import _check_rows, _row_offsets, _unit_rows, _units
 from .worklist import program_tile
 
@@ -85,8 +86,9 @@ def _score_values(b_scaled, b_s, D: tl.constexpr):
     group scales b_s [U, D / 16]; a negative value that rounds to zero keeps its sign, as the
     decoded sign bit does."""
     U: tl.constexpr = b_scaled.shape[0]
-    b_r = round_e2m1(tl.abs(b_scaled))
-    b_r = tl.where(b_scaled < 0, -b_r, b_r)
+    # the sign as a bit: a negation may compile to 0 - x, which drops the sign of a zero
+    sign = (b_scaled < 0).to(tl.int32) << 31
+    b_r = (round_e2m1(tl.abs(b_scaled)).to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)
     b_v = tl.reshape(b_r, [U, D // _GROUP, _GROUP]) * (b_s * 0.25)[:, :, None]
     return tl.reshape(b_v, [U, D])
 
@@ -143,10 +145,10 @@ def _launch(x, cu_seqlens, hadamard, work, codes, scales, exps, scores: bool) ->
     if total:
         unit = QUANTIZER.operand_unit
         grid, args = _units(cu_seqlens, total, unit, heads, work)
-        _quantize_nvfp4_kernel[grid](x, codes, scales, exps, cu_seqlens, args["p_work"], args["width"], H=heads,
-                                     inv_sqrt_d=1.0 / math.sqrt(d), D=d, UNIT=unit,
-                                     HADAMARD_STAGES=d.bit_length() - 1 if hadamard else 0, SCORES=scores,
-                                     INTERPRET=interpreting(), num_warps=QUANTIZER.nvfp4_warps)
+        launch(_quantize_nvfp4_kernel, grid, x, codes, scales, exps, cu_seqlens, args["p_work"], args["width"],
+               H=heads, inv_sqrt_d=1.0 / math.sqrt(d), D=d, UNIT=unit,
+               HADAMARD_STAGES=d.bit_length() - 1 if hadamard else 0, SCORES=scores, INTERPRET=interpreting(),
+               num_warps=QUANTIZER.nvfp4_warps)
 
 
 def nvfp4_score_codes(x: torch.Tensor, cu_seqlens: torch.Tensor, exps: torch.Tensor, hadamard: bool = False,
