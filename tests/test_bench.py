@@ -99,7 +99,20 @@ def test_paired_rounds_replay_enough_to_fill_min_ms():
         return 3.0
 
     timings, _ = paired_rounds({"a": lambda: None}, clock, Protocol(rounds=2, warmup_rounds=1, min_ms=20.0))
-    assert replays_seen == [1, 7, 7, 7] and timings["a"].ms == 3.0  # ceil(20 / 3) replays per round
+    assert replays_seen == [1, 1, 7, 7, 7] and timings["a"].ms == 3.0  # ceil(20 / 3) replays per round
+
+
+def test_paired_rounds_size_samples_by_a_warm_call():
+    """A first call that compiles and records (100 ms) does not set the calls per sample."""
+    times = iter([100.0, 3.0, 3.0, 3.0, 3.0])
+    replays_seen = []
+
+    def clock(job, replays):
+        replays_seen.append(replays)
+        return next(times)
+
+    paired_rounds({"a": lambda: None}, clock, Protocol(rounds=2, warmup_rounds=1, min_ms=20.0))
+    assert replays_seen == [1, 1, 7, 7, 7]
 
 
 def test_staged_jobs_run_the_forward_where_each_mode_says():

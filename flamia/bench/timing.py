@@ -72,8 +72,12 @@ def error_reason(exc: BaseException) -> str:
 
 
 def _replays(clock: Clock, job: Job, min_ms: float) -> int:
+    """Calls per sample to fill ``min_ms``, from a call after a first one: a first eager call
+    compiles, records its launch program and allocates, so its time would leave one call
+    per sample, and each such sample would hold the host's gap before the GPU's first kernel."""
     if min_ms <= 0:
         return 1
+    clock(job, 1)
     return max(1, math.ceil(min_ms / max(clock(job, 1), 1e-6)))
 
 
