@@ -1,10 +1,11 @@
-"""GPU check of the bf16 recipe on the kernels (issue 23), under 4 minutes on one H200:
-1. the gpu tests selected by -k bf16 (Gluon kernels bitwise against their Triton twins, the
-   kernels and the training call against the emulator), in 4 parallel pytest shards;
-2. the training call (forward + backward, CUDA-graphed) on the six causal workloads of
-   `flamia bench`, flamia:bf16 next to flamia:mxfp8 and FA2 varlen (BF16), as a table.
+"""GPU check of one recipe on the kernels (issue 23), a few minutes on one H200:
+1. the recipe's gpu tests (the Gluon kernels bitwise against their Triton twins, the kernels and
+   the training call against the emulator, replay, backend resolution), in parallel shards;
+2. its training call (forward + backward, CUDA-graphed, best of 3 x 10, each provider alone)
+   on the six causal workloads of `flamia bench`, next to flamia:mxfp8 and FA2 varlen (BF16),
+   as a table.
 
-    python3 benchmarks/bf16_check.py [--skip-tests] [--skip-timing]
+    python3 benchmarks/recipe_check.py --recipe {bf16,nvfp4} [--skip-tests] [--skip-timing]
 """
 import argparse
 import subprocess
@@ -15,28 +16,31 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's flamia, not an installed one
 
-TEST_FILES = ["tests/test_kernel_fwd.py", "tests/test_kernel_bwd.py", "tests/test_kernel_ops.py", "tests/test_api.py"]
-PROVIDERS = ("flamia:mxfp8", "flamia:bf16", "fa2:bf16")
+TEST_FILES = ["tests/test_kernel_fwd.py", "tests/test_kernel_bwd.py", "tests/test_kernel_ops.py", "tests/test_api.py",
+              "tests/test_replay.py", "tests/test_kernel_quantize_fp4.py"]
+# pytest -k per recipe: the tests named after it, and those of its pieces named otherwise
+SELECTION = {"bf16": "bf16 or backend_resolution", "nvfp4": "nvfp4 or score_codes or backend_resolution"}
 
 
-def run_tests() -> int:
+def run_tests(recipe: str) -> int:
     t0 = time.time()
     try:
-        rc = subprocess.run([sys.executable, "benchmarks/gpu_tests.py", *TEST_FILES, "-k",
-                             "bf16 or backend_resolution"], cwd=ROOT, timeout=170).returncode
+        rc = subprocess.run([sys.executable, "benchmarks/gpu_tests.py", *TEST_FILES, "-k", SELECTION[recipe]],
+                            cwd=ROOT, timeout=300).returncode
     except subprocess.TimeoutExpired:
         rc = 124
     print(f"gpu tests: exit {rc} in {time.time() - t0:.0f} s", flush=True)
     return rc
 
 
-def run_timing() -> None:
+def run_timing(recipe: str) -> None:
     import torch
 
     from flamia.bench.providers import registry
     from flamia.bench.timing import capture_graph, cuda_clock
     from flamia.bench.workloads import GROUPS, WORKLOADS, make_case
 
+    keys = ("flamia:mxfp8", f"flamia:{recipe}", "fa2:bf16")
     providers = {p.key: p for p in registry()}
     rows = []
     stream = torch.cuda.Stream()
@@ -44,7 +48,7 @@ def run_timing() -> None:
         for name in GROUPS["causal"]:
             case = make_case(WORKLOADS[name], "cuda")
             times = {}
-            for key in PROVIDERS:
+            for key in keys:
                 p = providers[key]
                 why = p.unsupported(case.workload, "train")
                 if why:
@@ -61,24 +65,26 @@ def run_timing() -> None:
             print(name, {k: (f"{v:.3f} ms" if isinstance(v, float) else v) for k, v in times.items()}, flush=True)
             del case
             torch.cuda.empty_cache()
-    print("\n| workload | " + " | ".join(PROVIDERS) + " | bf16 vs FA2 | bf16 / mxfp8 |")
-    print("|---" * (len(PROVIDERS) + 3) + "|")
+    print(f"\ntraining call, CUDA-graphed, ms\n\n| workload | " + " | ".join(keys)
+          + f" | {recipe} vs FA2 | {recipe} / mxfp8 |")
+    print("|---" * (len(keys) + 3) + "|")
     for name, t in rows:
-        cells = [f"{t[k]:.3f}" if isinstance(t[k], float) else "n/a" for k in PROVIDERS]
-        mx, bf16, fa2 = (t[k] for k in PROVIDERS)
-        vs_fa2 = f"{fa2 / bf16:.2f}x" if isinstance(fa2, float) and isinstance(bf16, float) else "n/a"
-        vs_mx = f"{bf16 / mx:.2f}" if isinstance(mx, float) and isinstance(bf16, float) else "n/a"
+        cells = [f"{t[k]:.3f}" if isinstance(t[k], float) else "n/a" for k in keys]
+        mx, own, fa2 = (t[k] for k in keys)
+        vs_fa2 = f"{fa2 / own:.2f}x" if isinstance(fa2, float) and isinstance(own, float) else "n/a"
+        vs_mx = f"{own / mx:.2f}" if isinstance(mx, float) and isinstance(own, float) else "n/a"
         print(f"| {name} | " + " | ".join(cells) + f" | {vs_fa2} | {vs_mx} |")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--recipe", required=True, choices=sorted(SELECTION))
     ap.add_argument("--skip-tests", action="store_true")
     ap.add_argument("--skip-timing", action="store_true")
     args = ap.parse_args()
-    rc = 0 if args.skip_tests else run_tests()
+    rc = 0 if args.skip_tests else run_tests(args.recipe)
     if not args.skip_timing:
-        run_timing()
+        run_timing(args.recipe)
     return rc
 
 
