@@ -10,8 +10,12 @@ from dataclasses import replace
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from flamia.kernels.attn_fwd import attention_forward
+from flamia.kernels.bwd_math import forward_diagonal
+from flamia.kernels.fwd_math import diagonal_tile
 from flamia.kernels.configs import ROUTES, AttnTiles, tiles_for
 from flamia.kernels.layout import aligned_starts, transposed_extent, transposed_reference
 from flamia.reference.emulated import emulate_forward
@@ -233,3 +237,46 @@ def assert_gluon_equals_triton(lens_q, lens_k, heads, d, causal, window, gluon, 
     want = launch(fwd)
     for what, a, b in zip(("out", "lse", "m", "ro"), got, want):
         assert torch.equal(a, b), f"{what}: {(a != b).sum().item()} of {a.numel()} differ"
+
+
+@triton.jit
+def _diagonal_flags_kernel(p_out, len_q, len_k, wl, wr, n_t, BM: tl.constexpr, BN: tl.constexpr):
+    """Program (query tile r, key tile t): diagonal_tile with the forward's window bounds and
+    forward_diagonal with the backward's (its tile at query r BM and key t BN)."""
+    r, t = tl.program_id(0), tl.program_id(1)
+    off = len_k - len_q
+    fwd_wl = tl.where(wl < 0, len_k, wl)
+    fwd_wr = tl.where(wr < 0, len_q + len_k, wr)
+    bwd_wl = tl.where(wl < 0, len_q + len_k, wl)
+    bwd_wr = tl.where(wr < 0, len_q + len_k, wr)
+    d_fwd = diagonal_tile(t, r * BM, len_q, len_k, off, fwd_wl, fwd_wr, BM, BN)
+    d_bwd = forward_diagonal(r * BM + 7 % BM, t * BN + 16 % BN, (len_q, len_k, bwd_wl, bwd_wr), BM, BN)
+    tl.store(p_out + (r * n_t + t) * 2, d_fwd.to(tl.int32))
+    tl.store(p_out + (r * n_t + t) * 2 + 1, d_bwd.to(tl.int32))
+
+
+@pytest.mark.parametrize("len_q, len_k, causal, window", [
+    (200, 200, True, (-1, -1)), (130, 70, True, (-1, -1)), (70, 130, True, (-1, -1)),
+    (200, 200, False, (40, 3)), (150, 90, False, (-1, 20)), (90, 150, True, (33, -1)), (65, 200, False, (-1, -1))])
+def test_diagonal_tiles_follow_the_emulators_rule(len_q, len_k, causal, window):
+    """Every forward tile that holds a visible pair: diagonal (the mixed route keeps E4M3 P)
+    exactly where it also holds a masked pair of a real query and a real key, as the
+    emulator's ``KeyTile.diagonal`` decides; the backward's rule from a tile nested inside
+    gives the same answer."""
+    from flamia.masks import effective_window, visible
+
+    bm, bn = 32, 64
+    n_r, n_t = -(-len_q // bm), -(-len_k // bn)
+    out = torch.empty((n_r, n_t, 2), dtype=torch.int32, device=DEVICE)
+    wl, wr = effective_window(causal, window)
+    _diagonal_flags_kernel[(n_r, n_t)](out, len_q, len_k, wl, wr, n_t, BM=bm, BN=bn)
+    q, k = torch.arange(n_r * bm)[:, None], torch.arange(n_t * bn)[None, :]
+    vis = visible(q, k, torch.tensor(len_q), torch.tensor(len_k), causal, window)
+    masked = (q < len_q) & (k < len_k) & ~vis
+    tiles = (n_r, bm, n_t, bn)
+    has_vis, has_masked = vis.reshape(tiles).any(3).any(1), masked.reshape(tiles).any(3).any(1)
+    want = has_vis & has_masked
+    got = out.cpu().bool()
+    assert has_vis.any()
+    assert torch.equal(got[..., 0][has_vis], want[has_vis])
+    assert torch.equal(got[..., 1][has_vis], want[has_vis])
