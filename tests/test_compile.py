@@ -13,15 +13,16 @@ MODES = {"default": {}, "fullgraph": {"fullgraph": True}, "reduce-overhead": {"m
          "fullgraph-reduce-overhead": {"fullgraph": True, "mode": "reduce-overhead"}}
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_compiled_step_equals_eager(mode):
+@pytest.mark.parametrize("mode, recipe", [*((mode, "mxfp8") for mode in MODES), ("default", "nvfp4"),
+                                          ("fullgraph-reduce-overhead", "nvfp4")])
+def test_compiled_step_equals_eager(mode, recipe):
     i = make_packed_inputs((300, 1, 77, 200), heads_q=8, heads_kv=2, head_dim=128, dtype=torch.bfloat16,
                            device="cuda")
     proj = torch.nn.Linear(128, 128, device="cuda", dtype=torch.bfloat16)
 
     def step(q, k, v):
         return flamia.flash_attn_varlen_func(proj(q), k, v, i.cu_seqlens, i.cu_seqlens, i.max_seqlen, i.max_seqlen,
-                                             causal=True)
+                                             causal=True, recipe=recipe)
 
     torch._dynamo.reset()
     results = []
