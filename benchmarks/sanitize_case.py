@@ -1,5 +1,5 @@
 """A tiny driver for compute-sanitizer: three training calls (forward and backward) of the MXFP8
-Triton path per case, the first recording the launches and the others replaying them
+or mixed NVFP4 Triton path per case, the first recording the launches and the others replaying them
 (flamia/kernels/replay.py), on documents (100, 0, 1, 67, 33) (an empty and a one-token document among them),
 GQA 4/2, bf16, so that every kernel family of a training call (aligned starts, tile lists,
 the Q/K/V quantizers with and without the rotation, key records, PV prefix, the Gluon
@@ -10,8 +10,9 @@ small tensors and the sanitizer stays fast.
     compute-sanitizer --tool memcheck python3 benchmarks/sanitize_case.py
 
 The default cases cover each head dim (64: plain quantizer; 128: the rotated one), each mask
-(causal; a two-sided window, non-causal) and each recipe (mxfp8, 32-token scales;
-mxfp8-exact, per-token scales) twice; ``--cases all`` runs all eight combinations.
+(causal; a two-sided window, non-causal) and each MXFP8 recipe (mxfp8, 32-token scales;
+mxfp8-exact, per-token scales) twice, and the mixed NVFP4 route (bf16 score codes, 4-bit P)
+once per head dim; ``--cases all`` runs all sixteen combinations.
 ``--warm`` runs every case once more first (compiles outside what a sanitizer should see,
 when the Triton cache is cold). Prints one line per case and exits non-zero if an output or
 gradient is not finite or has the wrong shape (benchmarks/gpu_gate.sh runs it under each
@@ -28,8 +29,9 @@ LENGTHS = (100, 0, 1, 67, 33)
 HEADS_Q, HEADS_KV = 4, 2
 MASKS = {"causal": (True, (-1, -1)), "window": (False, (48, 16))}
 DEFAULT_CASES = [(128, "causal", "mxfp8"), (64, "causal", "mxfp8-exact"),
-                 (128, "window", "mxfp8-exact"), (64, "window", "mxfp8")]
-ALL_CASES = list(itertools.product((128, 64), MASKS, ("mxfp8", "mxfp8-exact")))
+                 (128, "window", "mxfp8-exact"), (64, "window", "mxfp8"),
+                 (128, "causal", "nvfp4"), (64, "window", "nvfp4-exact")]
+ALL_CASES = list(itertools.product((128, 64), MASKS, ("mxfp8", "mxfp8-exact", "nvfp4", "nvfp4-exact")))
 
 
 def run_case(d: int, mask: str, recipe: str, seed: int = 0) -> list[str]:
