@@ -1,5 +1,6 @@
-"""The Triton backward of the MXFP8 and BF16 routes (NUMERICS.md 4): a dK/dV kernel and a dQ
-kernel, on the codes' format (``CODES``: E4M3, or BF16 with every exponent 0).
+"""The Triton backward of the MXFP8, BF16 and mixed NVFP4 routes (NUMERICS.md 4, 6): a dK/dV
+kernel and a dQ kernel, on the codes' format (``CODES``: E4M3, or BF16 with every exponent 0;
+the mixed route's Q and K score codes are BF16 beside E4M3, and ``P4`` rebuilds its 4-bit P).
 
 Both kernels recompute, for every (query, key) pair, the forward's scores and P codes relative
 to the saved final row max, then the gradient payload G, in the order NUMERICS.md fixes; only

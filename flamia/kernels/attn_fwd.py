@@ -1,4 +1,5 @@
-"""The Triton forward of the MXFP8 and BF16 routes (NUMERICS.md 3), on packed documents.
+"""The Triton forward of the MXFP8, BF16 and mixed NVFP4 routes (NUMERICS.md 3, 6), on packed
+documents.
 
 Programs map to ((document, query tile), query head) through the grid (W, Hq) and a
 ``worklist.tile_list``: long documents first and, in each, the last tile (under a causal mask

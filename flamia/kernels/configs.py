@@ -20,7 +20,7 @@ class OperandFormat:
     """What the attention kernels multiply: the dtype of every code tensor, of P and of the
     gradient payloads, as ``torch_dtype`` and as the kernels' ``CODES`` constexpr (``codes``).
     E4M3 codes carry power-of-two exponents per token block; BF16 values carry none (every
-    exponent is 0, NUMERICS.md 4's BF16 line), so one kernel family serves both recipes."""
+    exponent is 0, NUMERICS.md 4's BF16 line), so one kernel family serves every recipe (``Route``)."""
 
     name: str
     torch_dtype: torch.dtype

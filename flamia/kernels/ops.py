@@ -1,7 +1,8 @@
-"""The MXFP8 and BF16 training calls on the GPU as two functions, forward and backward, for the custom
-ops of ``flamia/ops.py``: quantize -> forward, then quantize dO -> backward.
+"""The MXFP8, BF16 and mixed NVFP4 training calls on the GPU as two functions, forward and
+backward, for the custom ops of ``flamia/ops.py``: quantize -> forward, then quantize dO ->
+backward.
 
-Glue only: every launch lives in quantize.py, attn_fwd.py and attn_bwd.py. Nothing here reads
+Glue only: every launch lives in quantize.py, quantize_fp4.py, attn_fwd.py and attn_bwd.py. Nothing here reads
 a device value on the host, so a whole training step captures in a CUDA graph.
 
 ``forward_eager`` and ``backward_eager`` are the same calls for eager autograd: after a shape's
@@ -28,8 +29,9 @@ from .launch import _device
 
 class Residuals(NamedTuple):
     """What the backward reads of the forward: the codes (row-major [T, H, D] and transposed
-    [H, D, T_t], float8_e4m3fn, or bfloat16 for the BF16 recipe) and int8 exponents [T, H] of Q and K, V's codes
-    and exponents, the transposed codes' document starts cu_qt, cu_kt (int32 [num_docs + 1]),
+    [H, D, T_t], float8_e4m3fn, or bfloat16 for the BF16 recipe; the mixed NVFP4 route's
+    row-major Q and K codes are its bf16 score codes) and int8 exponents [T, H] of Q and K,
+    V's codes and exponents, the transposed codes' document starts cu_qt, cu_kt (int32 [num_docs + 1]),
     the key records [Hkv, Tk] int32, the row statistics m, ro [Hq, Tq] fp32, PV [Tq, Hkv]
     int32 and the call's work lists (``plan.build_plan``'s buffer, int32)."""
 
