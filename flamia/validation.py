@@ -11,7 +11,7 @@ import numbers
 
 import torch
 
-from .kernels.configs import ROUTES, SUPPORTED_HEAD_DIMS
+from .kernels.configs import ROUTES, SUPPORTED_HEAD_DIMS, TILES
 from .recipes import Recipe
 
 INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -155,7 +155,13 @@ def _kernel_recipe(recipe: Recipe) -> str | None:
     if recipe.name not in KERNEL_RECIPES:
         return f"'triton' runs the {KERNEL_RECIPES} recipes, got {recipe.name!r}"
     if recipe.is_ablation:
-        return "'triton' does not run ablation recipes"
+        # the mixed route's mismatch ablations are flags of its kernels; the others change
+        # what the quantizers or the softmax compute, which only the emulator does
+        if recipe.name != "nvfp4" or recipe.with_(fwd_p4_bwd_p8=False, fwd_diag_block_m=None).is_ablation:
+            return "'triton' runs no ablation recipe but nvfp4's fwd_p4_bwd_p8 and fwd_diag_block_m"
+        tiles_m = sorted({t.fwd_block_m for t in TILES.values()})
+        if recipe.fwd_diag_block_m is not None and any(recipe.fwd_diag_block_m % m for m in tiles_m):
+            return f"'triton' needs fwd_diag_block_m to be a multiple of its query tiles {tiles_m}"
     if recipe.p4_sum_quantized:
         return "'triton' does not run the p4_sum_quantized experiment"
     if recipe.name == "bf16" and recipe.hadamard:

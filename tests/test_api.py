@@ -243,6 +243,20 @@ def test_backend_resolution_on_cuda():
         resolve_backend("triton", RECIPES["fp4"], q)
 
 
+@pytest.mark.parametrize("changes, runs", [
+    (dict(fwd_p4_bwd_p8=True), True), (dict(fwd_diag_block_m=256), True),
+    (dict(fwd_diag_block_m=96), False), (dict(fwd_approx_exp=True), False), (dict(p4_scale_before_mask=True), False),
+    (dict(fwd_p4_bwd_p8=True, fwd_approx_exp=True), False)])
+def test_kernels_run_the_mixed_routes_mismatch_ablations(changes, runs):
+    """nvfp4's fwd_p4_bwd_p8 and fwd_diag_block_m (a multiple of the kernels' 64-row query
+    tiles) are flags of the kernels; other ablations stay with the emulator. On a CPU tensor
+    the triton backend then stops at the device check, or earlier at the recipe."""
+    q = torch.zeros(4, 2, 64)
+    match = "needs CUDA" if runs else "runs no ablation|multiple of its query tiles"
+    with pytest.raises(ValueError, match=match):
+        resolve_backend("triton", RECIPES["nvfp4"].with_(**changes), q)
+
+
 def test_public_surface():
     for name in flamia.__all__:
         assert hasattr(flamia, name), name

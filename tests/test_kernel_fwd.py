@@ -64,7 +64,8 @@ def launch(fwd):
     return attention_forward(*kernel_inputs(fwd), sp.cu_seqlens_q, sp.cu_seqlens_k, aligned_starts(sp.cu_seqlens_k),
                              causal=sp.causal, window_size=sp.window_size,
                              softmax_scale=sp.softmax_scale, tau=sp.recipe.tau, sigma=sp.recipe.sigma,
-                             scale_block=sp.recipe.scale_block, tiles=fwd.tiles, p4=ROUTES[sp.recipe.name].p4)
+                             scale_block=sp.recipe.scale_block, tiles=fwd.tiles, p4=ROUTES[sp.recipe.name].p4,
+                             diag_block_m=sp.recipe.fwd_diag_block_m)
 
 
 def run_both(lens_q, lens_k, heads, d, causal, window, tile_cfg, seed, recipe="mxfp8"):
@@ -171,6 +172,22 @@ def test_forward_matches_emulator_nvfp4(name):
     assert_matches(got, fwd)
 
 
+@pytest.mark.parametrize("name", ["causal-gqa-d64", "causal-window", "causal-lq-ne-lk"])
+def test_forward_matches_emulator_nvfp4_wider_diagonal(name):
+    """The fwd_diag_block_m ablation: the forward decides its diagonal tiles over 128 query rows
+    (eight or four of its query tiles) while the tiles stay. Where the narrow rule leaves
+    tiles off the diagonal that the wide one puts on it (the first case), P and O change."""
+    from flamia.recipes import Recipe
+
+    lens_q, lens_k, heads, d, causal, window, (bm, bn) = CASES[name]
+    got, fwd = run_both(lens_q, lens_k or lens_q, heads, d, causal, window, tiles(bm, max(bn, 32)), seed=len(name),
+                        recipe=Recipe("nvfp4", fwd_diag_block_m=128))
+    assert_matches(got, fwd)
+    plain = run_both(lens_q, lens_k or lens_q, heads, d, causal, window, tiles(bm, max(bn, 32)), seed=len(name),
+                     recipe="nvfp4")[0]
+    assert torch.equal(got[0], plain[0]) == (name != "causal-gqa-d64")
+
+
 @pytest.mark.parametrize("recipe", ["mxfp8", "bf16", "nvfp4"])
 def test_forward_default_tiles(recipe):
     """The shipped 128 x 128 tiles: one query tile per document at these lengths."""
@@ -229,6 +246,16 @@ def test_gluon_forward_equals_triton(name, block_n, recipe):
 def test_gluon_forward_equals_triton_per_token_exponents(recipe):
     """The exact recipes' per-token exponents: the Gluon kernel reads a key word per key."""
     assert_gluon_equals_triton(*GLUON_CASES["long-causal-gqa"], AttnTiles(), seed=5, recipe=recipe)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gluon_forward_equals_triton_wider_diagonal():
+    """nvfp4's fwd_diag_block_m ablation: diagonal tiles decided over 256 query rows."""
+    from flamia.recipes import Recipe
+
+    assert_gluon_equals_triton(*GLUON_CASES["long-causal-gqa"], AttnTiles(), seed=6,
+                               recipe=Recipe("nvfp4", fwd_diag_block_m=256))
 
 
 def assert_gluon_equals_triton(lens_q, lens_k, heads, d, causal, window, gluon, seed, recipe="mxfp8"):

@@ -80,8 +80,10 @@ def _attn_fwd_kernel(p_q, p_qe, p_k, p_vt, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt
                      total_q, total_k, tk_t, heads_q, heads_kv, s2, window_left, window_right,
                      TAU: tl.constexpr, SIGMA: tl.constexpr, D: tl.constexpr,
                      BM: tl.constexpr, BN: tl.constexpr, CODES: tl.constexpr, P4: tl.constexpr,
-                     INTERPRET: tl.constexpr):
-    """One ((document, query tile), query head) program; see the module docstring."""
+                     DIAG_BM: tl.constexpr, INTERPRET: tl.constexpr):
+    """One ((document, query tile), query head) program; see the module docstring. DIAG_BM:
+    the query rows over which the 4-bit P decides diagonal tiles (BM, or a multiple: the
+    ``fwd_diag_block_m`` ablation)."""
     doc, tile = program_tile(p_work, width)  # longest documents, and their last tiles, first
     if doc < 0:
         return
@@ -109,7 +111,7 @@ def _attn_fwd_kernel(p_q, p_qe, p_k, p_vt, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt
     t_runs = (t_lo, u_lo, u_hi, t_hi)
     for run in tl.static_range(3):
         for t in range(t_runs[run], t_runs[run + 1]):
-            diag = diagonal_tile(t, i0, len_q, len_k, off, wl, wr, BM, BN)
+            diag = diagonal_tile(t, i0 // DIAG_BM * DIAG_BM, len_q, len_k, off, wl, wr, DIAG_BM, BN)
             b_acc, b_l, b_m = _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k_doc, p_vt_doc, p_krec_doc,
                                            t * BN, b_first, b_last, total_k - k_start, tk_t - k_start_t,
                                            heads_kv, tk_t, diag,
@@ -127,11 +129,12 @@ def _attn_fwd_kernel(p_q, p_qe, p_k, p_vt, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt
 def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, cu_seqlens_q, cu_seqlens_k,
                       cu_seqlens_k_t, *, causal: bool, window_size: tuple[int, int], softmax_scale: float, tau: int,
                       sigma: int, scale_block: int, tiles: AttnTiles, key_rec: torch.Tensor | None = None,
-                      work: torch.Tensor | None = None, p4: bool = False):
+                      work: torch.Tensor | None = None, p4: bool = False, diag_block_m: int | None = None):
     """The forward on quantized operands (NUMERICS.md 3), in the codes' format: float8_e4m3fn
     (MXFP8) or bfloat16 (the BF16 recipe: every exponent 0). The mixed NVFP4 route
     (NUMERICS.md 6) gives bfloat16 Q and K codes (NVFP4 values times 2^-2) beside E4M3 V
-    codes, and p4: 4-bit P off the diagonal tiles.
+    codes, and p4: 4-bit P off the diagonal tiles, which diag_block_m query rows decide (None:
+    ``tiles.fwd_block_m``; a multiple of it for the ``fwd_diag_block_m`` ablation).
 
     q_codes [Tq, Hq, D] codes, q_exps [Tq, Hq] int8; k_codes [Tk, Hkv, D]
     codes (q_codes' dtype), k_exps [Tk, Hkv] int8; v_codes_t [Hkv, D, Tk_t] codes (V^T, tokens
@@ -170,6 +173,9 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
             ("cu_seqlens_k_t", cu_seqlens_k_t, i32, (num_docs + 1,))):
         check_operand(name, x, dtype, shape)
     wl, wr = effective_window(causal, window_size)
+    diag_block_m = diag_block_m or tiles.fwd_block_m
+    if diag_block_m % tiles.fwd_block_m:
+        raise ValueError(f"diag_block_m: a multiple of the query tile {tiles.fwd_block_m}, got {diag_block_m}")
     if scale_block not in (1, 32):  # the Gluon kernel's key tiles are multiples of 32 (AttnTiles)
         raise ValueError(f"scale_block: must be 1 or 32, got {scale_block}")
 
@@ -187,7 +193,7 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
     grid = (work.shape[1], hq)
     rest = (key_rec, pv, cu_seqlens_q, cu_seqlens_k, cu_seqlens_k_t, work, work.shape[1], out, lse, m, ro,
             tq, tk, tk_t, hq, hkv, softmax_scale * LOG2E, wl, wr)
-    common = dict(TAU=tau, SIGMA=sigma, D=d, BM=tiles.fwd_block_m, BN=tiles.fwd_block_n, CODES=fmt.codes, P4=p4,
+    common = dict(TAU=tau, SIGMA=sigma, D=d, BM=tiles.fwd_block_m, BN=tiles.fwd_block_n, CODES=fmt.codes, P4=p4, DIAG_BM=diag_block_m,
                   num_warps=tiles.fwd_warps)
     if tiles.fwd_gluon and not interpreting():
         q_desc, k_desc, vt_desc = operand_descriptors(q_codes, k_codes, v_codes_t, tiles.fwd_block_m, tiles.fwd_block_n)

@@ -58,7 +58,7 @@ def attn_fwd_gluon_kernel(q_desc, p_qe, k_desc, vt_desc, p_krec, p_pv, p_cu_q, p
                           total_q, total_k, tk_t, heads_q, heads_kv, s2, window_left, window_right,
                           TAU: gl.constexpr, SIGMA: gl.constexpr, D: gl.constexpr,
                           BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, SCALE_BLOCK: gl.constexpr,
-                          CODES: gl.constexpr, P4: gl.constexpr, SCORE_CODES: gl.constexpr):
+                          CODES: gl.constexpr, P4: gl.constexpr, DIAG_BM: gl.constexpr, SCORE_CODES: gl.constexpr):
     """``attn_fwd._attn_fwd_kernel``'s arguments and outputs (BM = 64, 4 warps), with Q^, K^
     and V^T as TMA descriptors of their 2-D views [Tq, Hq D], [Tk, Hkv D], [Hkv D, Tk_t]
     (blocks [BM, D], [BN, D], [D, BN]); Q^ and K^ in SCORE_CODES (the mixed NVFP4 route's
@@ -124,7 +124,7 @@ def attn_fwd_gluon_kernel(q_desc, p_qe, k_desc, vt_desc, p_krec, p_pv, p_cu_q, p
         # Issued once b_s is read, its product can take b_s's registers: the loop then
         # carries it without ~64 register moves per tile.
         s_next = _issue_scores(q_s, k_s, bars, j + 1, BM, BN, STAGES, S_L)
-        diag = diagonal_tile(t, i0, len_q, len_k, off, wl, wr, BM, BN)
+        diag = diagonal_tile(t, i0 // DIAG_BM * DIAG_BM, len_q, len_k, off, wl, wr, DIAG_BM, BN)
         b_pq, b_alpha, b_l, b_m = scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU,
                                                   (t < u_lo) | (t >= u_hi), CODES, False, relayout, ROW,
                                                   P4, diag, S_L)
