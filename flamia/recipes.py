@@ -27,7 +27,8 @@ class Recipe:
     scale_block: tokens that share one operand exponent: 32 (default) or 1 (per-token
         scales, the exact options: no in-block residue).
     Ablation switches (each reproduces one of the paper's failure modes; emulator only, but
-    nvfp4's fwd_p4_bwd_p8 and fwd_diag_block_m, which its kernels run too):
+    nvfp4's p4_scale_before_mask, fwd_p4_bwd_p8 and fwd_diag_block_m, which its kernels run
+    too):
     per_tensor_scales: one E4M3 scale per tensor for Q, K, V, dO (leaks across positions
         and documents; paper Table 5's per-tensor row).
     p4_scale_before_mask: 4-bit P group scales taken before the causal mask, so a group
@@ -39,7 +40,7 @@ class Recipe:
     stochastic_grad: round G (dS) to E2M1 stochastically on the all-4-bit route, from
         counter-based random bits of the call's seed (NUMERICS.md 6); None = the default (on
         for fp4, the paper's all-4-bit route; the other routes' G is not 4-bit).
-    Experiment (4-bit P routes, emulator only):
+    Experiment (4-bit P routes; nvfp4's kernels run it too):
     p4_sum_quantized: the row sum l adds the 4-bit P values (before the V fold) instead of p
         on 4-bit tiles, so the weights O uses sum to one and the backward's dS sums to zero
         per row (experiments/README.md: plain nvfp4 diverged in the small profile, nvfp4

@@ -151,19 +151,19 @@ def resolve_seed(seed, recipe: Recipe) -> int:
 
 def _kernel_recipe(recipe: Recipe) -> str | None:
     """Why the triton backend cannot run ``recipe``, or None when it can (the plain mxfp8,
-    nvfp4 and bf16 recipes)."""
+    nvfp4 and bf16 recipes, and nvfp4's 4-bit P options)."""
     if recipe.name not in KERNEL_RECIPES:
         return f"'triton' runs the {KERNEL_RECIPES} recipes, got {recipe.name!r}"
     if recipe.is_ablation:
-        # the mixed route's mismatch ablations are flags of its kernels; the others change
-        # what the quantizers or the softmax compute, which only the emulator does
-        if recipe.name != "nvfp4" or recipe.with_(fwd_p4_bwd_p8=False, fwd_diag_block_m=None).is_ablation:
-            return "'triton' runs no ablation recipe but nvfp4's fwd_p4_bwd_p8 and fwd_diag_block_m"
+        # the mixed route's 4-bit P ablations are flags of its kernels; the others change what
+        # the quantizers or the softmax compute, which only the emulator does
+        kernel_flags = dict(fwd_p4_bwd_p8=False, fwd_diag_block_m=None, p4_scale_before_mask=False)
+        if recipe.name != "nvfp4" or recipe.with_(**kernel_flags).is_ablation:
+            return ("'triton' runs no ablation recipe but nvfp4's fwd_p4_bwd_p8, fwd_diag_block_m and "
+                    "p4_scale_before_mask")
         tiles_m = sorted({t.fwd_block_m for t in TILES.values()})
         if recipe.fwd_diag_block_m is not None and any(recipe.fwd_diag_block_m % m for m in tiles_m):
             return f"'triton' needs fwd_diag_block_m to be a multiple of its query tiles {tiles_m}"
-    if recipe.p4_sum_quantized:
-        return "'triton' does not run the p4_sum_quantized experiment"
     if recipe.name == "bf16" and recipe.hadamard:
         return "'triton' runs the bf16 recipe without the Hadamard rotation"
     return None

@@ -233,7 +233,7 @@ def test_backend_resolution_on_cuda():
     assert resolve_backend(None, RECIPES["mxfp8"], q) == "triton"
     assert resolve_backend(None, RECIPES["bf16"], q) == "triton"
     assert resolve_backend(None, RECIPES["nvfp4"], q) == "triton"
-    assert resolve_backend(None, RECIPES["nvfp4"].with_(p4_sum_quantized=True), q) == "reference"
+    assert resolve_backend(None, RECIPES["nvfp4"].with_(p4_sum_quantized=True), q) == "triton"
     assert resolve_backend(None, RECIPES["fp4"], q) == "reference"
     assert resolve_backend(None, ABLATION, q) == "reference"
     assert resolve_backend(None, RECIPES["bf16"].with_(hadamard=True), q) == "reference"
@@ -245,12 +245,13 @@ def test_backend_resolution_on_cuda():
 
 @pytest.mark.parametrize("changes, runs", [
     (dict(fwd_p4_bwd_p8=True), True), (dict(fwd_diag_block_m=256), True),
-    (dict(fwd_diag_block_m=96), False), (dict(fwd_approx_exp=True), False), (dict(p4_scale_before_mask=True), False),
-    (dict(fwd_p4_bwd_p8=True, fwd_approx_exp=True), False)])
-def test_kernels_run_the_mixed_routes_mismatch_ablations(changes, runs):
-    """nvfp4's fwd_p4_bwd_p8 and fwd_diag_block_m (a multiple of the kernels' 64-row query
-    tiles) are flags of the kernels; other ablations stay with the emulator. On a CPU tensor
-    the triton backend then stops at the device check, or earlier at the recipe."""
+    (dict(p4_scale_before_mask=True, p4_sum_quantized=True), True), (dict(fwd_diag_block_m=96), False),
+    (dict(fwd_approx_exp=True), False), (dict(fwd_p4_bwd_p8=True, fwd_approx_exp=True), False)])
+def test_kernels_run_the_mixed_routes_p4_ablations(changes, runs):
+    """nvfp4's fwd_p4_bwd_p8, fwd_diag_block_m (a multiple of the kernels' 64-row query tiles)
+    and p4_scale_before_mask are flags of the kernels; other ablations stay with the emulator.
+    On a CPU tensor the triton backend then stops at the device check, or earlier at the
+    recipe."""
     q = torch.zeros(4, 2, 64)
     match = "needs CUDA" if runs else "runs no ablation|multiple of its query tiles"
     with pytest.raises(ValueError, match=match):

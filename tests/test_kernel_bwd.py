@@ -11,9 +11,9 @@ import torch
 from flamia.formats.e4m3 import round_to_e4m3
 from flamia.formats.scales import exp2i, scale_exponent
 from flamia.kernels.attn_bwd import attention_backward
-from flamia.kernels.configs import BF16, ROUTES, AttnTiles, tiles_for
+from flamia.kernels.configs import BF16, ROUTES, AttnTiles, p4_mode, tiles_for
 from flamia.kernels.layout import aligned_starts, transposed_extent, transposed_reference
-from flamia.recipes import resolve_recipe
+from flamia.recipes import Recipe, resolve_recipe
 from flamia.reference.emulated import emulate_backward, emulate_forward
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -65,7 +65,7 @@ def kernel_inputs(fwd, do) -> tuple[tuple, dict]:
             cu_k, aligned_starts(cu_q), aligned_starts(cu_k))
     kwargs = dict(causal=spec.causal, window_size=spec.window_size, softmax_scale=spec.softmax_scale,
                   sigma=spec.recipe.sigma, scale_block=spec.recipe.scale_block, tiles=t,
-                  rotate=fwd.numerics.hadamard, p4=route.p4 and not spec.recipe.fwd_p4_bwd_p8)
+                  rotate=fwd.numerics.hadamard, p4=p4_mode(spec.recipe, forward=False))
     return args, kwargs
 
 
@@ -136,6 +136,19 @@ def test_backward_matches_emulator_nvfp4(name):
                          seed=len(name), recipe="nvfp4")
     for a, b in zip(got, want):
         assert a.shape == b.shape and b.abs().max() > 0 and not a[(b == 0).all(-1)].any()
+    errs = relative_errors(got, want)
+    assert max(errs) <= GRAD_TOL, f"dq, dk, dv relative errors {errs} (bound {GRAD_TOL:.3g})"
+
+
+@pytest.mark.parametrize("name", ["causal-gqa-d64", "causal-window", "causal-lq-ne-lk", "two-sided-window-gqa"])
+def test_backward_matches_emulator_nvfp4_leaking(name):
+    """The leaking ablation (p4_scale_before_mask): 4-bit P rebuilt on every tile, its group
+    maxima over the in-bounds keys, masked or not."""
+    from flamia.recipes import Recipe
+
+    lens_q, lens_k, heads, d, causal, window, tile_sizes = CASES[name]
+    got, want = run_both(lens_q, lens_k or lens_q, heads, d, causal, window, nvfp4_tiles(*tile_sizes),
+                         seed=len(name), recipe=Recipe("nvfp4", p4_scale_before_mask=True, p4_sum_quantized=True))
     errs = relative_errors(got, want)
     assert max(errs) <= GRAD_TOL, f"dq, dk, dv relative errors {errs} (bound {GRAD_TOL:.3g})"
 
@@ -271,7 +284,11 @@ GLUON_BWD_CASES = {**{name: (*case[:6], "mxfp8") for name, case in CASES.items()
                   **{f"{name}-nvfp4": (*case[:6], "nvfp4") for name, case in CASES.items()},
                   "long-causal-gqa-nvfp4": ((700, 1, 300, 129), None, (4, 2), 128, True, (-1, -1), "nvfp4"),
                   "long-window-nvfp4": ((700, 300), None, (2, 1), 64, False, (200, 70), "nvfp4"),
-                  "long-per-token-nvfp4": ((700, 300), None, (2, 2), 128, True, (-1, -1), "nvfp4-exact")}
+                  "long-per-token-nvfp4": ((700, 300), None, (2, 2), 128, True, (-1, -1), "nvfp4-exact"),
+                  "long-causal-gqa-nvfp4-leaking": ((700, 1, 300, 129), None, (4, 2), 128, True, (-1, -1),
+                                                    Recipe("nvfp4", p4_scale_before_mask=True)),
+                  "long-window-nvfp4-leaking": ((700, 300), None, (2, 1), 64, False, (200, 70),
+                                                Recipe("nvfp4", p4_scale_before_mask=True))}
 
 
 def _gluon_case(name, **changes):

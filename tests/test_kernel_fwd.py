@@ -16,7 +16,7 @@ import triton.language as tl
 from flamia.kernels.attn_fwd import attention_forward
 from flamia.kernels.bwd_math import forward_diagonal
 from flamia.kernels.fwd_math import diagonal_tile
-from flamia.kernels.configs import ROUTES, AttnTiles, tiles_for
+from flamia.kernels.configs import ROUTES, AttnTiles, p4_mode, tiles_for
 from flamia.kernels.layout import aligned_starts, transposed_extent, transposed_reference
 from flamia.reference.emulated import emulate_forward
 
@@ -64,8 +64,8 @@ def launch(fwd):
     return attention_forward(*kernel_inputs(fwd), sp.cu_seqlens_q, sp.cu_seqlens_k, aligned_starts(sp.cu_seqlens_k),
                              causal=sp.causal, window_size=sp.window_size,
                              softmax_scale=sp.softmax_scale, tau=sp.recipe.tau, sigma=sp.recipe.sigma,
-                             scale_block=sp.recipe.scale_block, tiles=fwd.tiles, p4=ROUTES[sp.recipe.name].p4,
-                             diag_block_m=sp.recipe.fwd_diag_block_m)
+                             scale_block=sp.recipe.scale_block, tiles=fwd.tiles, p4=p4_mode(sp.recipe, forward=True),
+                             p4_sum=sp.recipe.p4_sum_quantized, diag_block_m=sp.recipe.fwd_diag_block_m)
 
 
 def run_both(lens_q, lens_k, heads, d, causal, window, tile_cfg, seed, recipe="mxfp8"):
@@ -188,6 +188,22 @@ def test_forward_matches_emulator_nvfp4_wider_diagonal(name):
     assert torch.equal(got[0], plain[0]) == (name != "causal-gqa-d64")
 
 
+@pytest.mark.parametrize("changes", [dict(p4_scale_before_mask=True), dict(p4_sum_quantized=True),
+                                     dict(p4_scale_before_mask=True, p4_sum_quantized=True)],
+                         ids=["leaking", "sum-quantized", "leaking-sum-quantized"])
+@pytest.mark.parametrize("name", ["causal-gqa-d64", "causal-window", "causal-lq-ne-lk", "two-sided-window"])
+def test_forward_matches_emulator_nvfp4_options(name, changes):
+    """The mixed route's 4-bit P options: on every tile with group maxima over the masked keys
+    too (p4_scale_before_mask, the leaking ablation), and l summing the 4-bit values
+    (p4_sum_quantized)."""
+    from flamia.recipes import Recipe
+
+    lens_q, lens_k, heads, d, causal, window, (bm, bn) = CASES[name]
+    got, fwd = run_both(lens_q, lens_k or lens_q, heads, d, causal, window, tiles(bm, max(bn, 32)), seed=len(name),
+                        recipe=Recipe("nvfp4", **changes))
+    assert_matches(got, fwd)
+
+
 @pytest.mark.parametrize("recipe", ["mxfp8", "bf16", "nvfp4"])
 def test_forward_default_tiles(recipe):
     """The shipped 128 x 128 tiles: one query tile per document at these lengths."""
@@ -250,12 +266,15 @@ def test_gluon_forward_equals_triton_per_token_exponents(recipe):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_gluon_forward_equals_triton_wider_diagonal():
-    """nvfp4's fwd_diag_block_m ablation: diagonal tiles decided over 256 query rows."""
+@pytest.mark.parametrize("changes", [dict(fwd_diag_block_m=256), dict(p4_scale_before_mask=True, p4_sum_quantized=True),
+                                     dict(p4_sum_quantized=True)], ids=["wider-diagonal", "leaking", "sum-quantized"])
+def test_gluon_forward_equals_triton_nvfp4_options(changes):
+    """nvfp4's kernel options: diagonal tiles decided over 256 query rows; 4-bit P on every
+    tile with group maxima over masked keys (the leaking ablation); l over the 4-bit values."""
     from flamia.recipes import Recipe
 
     assert_gluon_equals_triton(*GLUON_CASES["long-causal-gqa"], AttnTiles(), seed=6,
-                               recipe=Recipe("nvfp4", fwd_diag_block_m=256))
+                               recipe=Recipe("nvfp4", **changes))
 
 
 def assert_gluon_equals_triton(lens_q, lens_k, heads, d, causal, window, gluon, seed, recipe="mxfp8"):

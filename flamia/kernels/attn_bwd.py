@@ -306,11 +306,12 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
                        out_dtype: torch.dtype = torch.float32,
                        key_rec: torch.Tensor | None = None, records: torch.Tensor | None = None,
                        dkdv_work: torch.Tensor | None = None, dq_work: torch.Tensor | None = None,
-                       p4: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                       p4: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dQ, dK, dV of the MXFP8 or BF16 route (NUMERICS.md 4), with dQ and dK rotated back by the
     Hadamard transform when ``rotate`` (Q and K were rotated), in the kernels' epilogues. The
     mixed NVFP4 route (NUMERICS.md 6): q_codes and k_codes are its bfloat16 score codes, every
-    other code E4M3, and p4 rebuilds the forward's 4-bit P off its diagonal tiles.
+    other code E4M3, and p4 rebuilds the forward's 4-bit P (``configs.p4_mode``: 1 off its
+    diagonal tiles, 2 on every tile with group maxima over masked keys too).
 
     Codes are float8_e4m3fn (MXFP8) or bfloat16 (BF16, every exponent 0), one dtype: q_codes,
     do_codes [Tq, Hq, D]; k_codes, v_codes [Tk, Hkv, D]; q_codes_t, dot_codes_t [Hq, D, Tq_t] and

@@ -53,7 +53,7 @@ def forward_diagonal(i0, k0, geo, FBM: tl.constexpr, FBN: tl.constexpr):
 
 @triton.jit
 def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.constexpr, MASK,
-                CODES: tl.constexpr, INTERPRET: tl.constexpr, P4: tl.constexpr = False, DIAG=True,
+                CODES: tl.constexpr, INTERPRET: tl.constexpr, P4: tl.constexpr = 0, DIAG=True,
                 TO_LAYOUT: tl.constexpr = same_layout, TILE: tl.constexpr = None):
     """P codes and the gradient payload of one tile, NUMERICS.md 4 steps 1-6.
 
@@ -65,9 +65,10 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
     applied is exact either way. qry = (m, rf, rq, deltad) of ``query_factors`` and vf = 2^eV,
     each [N]; o_i, o_k: query and key positions [N] in the document; geo: ``visible``'s;
     MASK: apply the visibility rule by selection on P and the payload (a constexpr, or a
-    runtime flag in the Gluon dQ kernel). P4: the mixed route's 4-bit P where DIAG (the
-    tile lies in a diagonal forward tile, ``fwd_math.diagonal_tile``) is false, its group
-    maxima over the visible keys (``fwd_math.p4_values``; TO_LAYOUT and TILE as there).
+    runtime flag in the Gluon dQ kernel). P4 (``fwd_math.p4_values``; TO_LAYOUT and TILE as
+    there): 0 none; 1 the mixed route's 4-bit P where DIAG (the tile lies in a diagonal
+    forward tile, ``fwd_math.diagonal_tile``) is false, its group maxima over the visible
+    keys; 2 the leaking ablation's, on every tile with group maxima over the in-bounds keys.
     Returns (P^ in the operand format CODES, payload fp32), tile shape. With W = fp32(fp32(Pd 2^(eV + eQ)) (dP - D))
     (dS 2^(eV + eQ): NUMERICS.md 4's dS rounded at the same places), the payload is
     G = W 2^(eK - eV) in the dQ orientation and W^T in the dK/dV one, whose key factors are
@@ -81,18 +82,29 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
     if Q_AXIS == 0:
         # dQ: col_x, the keys' 2^eK, is one value per scale block (``block_key_records``), so
         # the compiler forms the factor row_x col_x once per row and block, not per score.
-        b_p = tl.math.exp2(tl.fma(b_s, row_x[:, None] * col_x[None, :], -tl.expand_dims(m, K_AXIS)))
+        b_xm = tl.fma(b_s, row_x[:, None] * col_x[None, :], -tl.expand_dims(m, K_AXIS))
     else:
         # dK/dV: col_x, the queries' 2^eQ, changes per column, so S col_x comes first.
-        b_p = tl.math.exp2(tl.fma(b_s * col_x[None, :], row_x[:, None], -tl.expand_dims(m, K_AXIS)))
-    if P4:
+        b_xm = tl.fma(b_s * col_x[None, :], row_x[:, None], -tl.expand_dims(m, K_AXIS))
+    b_p = tl.math.exp2(b_xm)
+    if P4 == 2:
+        b_src = b_xm
+        if MASK:  # group maxima over the in-bounds keys, masked or not; P over the visible ones
+            if Q_AXIS == 0:
+                b_src = tl.where((o_i[:, None] < geo[0]) & (o_k[None, :] < geo[1]), b_xm, float("-inf"))
+                b_p = tl.where(visible(o_i[:, None], o_k[None, :], geo), b_p, 0.0)
+            else:
+                b_src = tl.where((o_i[None, :] < geo[0]) & (o_k[:, None] < geo[1]), b_xm, float("-inf"))
+                b_p = tl.where(visible(o_i[None, :], o_k[:, None], geo), b_p, 0.0)
+        b_p = p4_values(b_p, b_src, True, K_AXIS, TO_LAYOUT, TILE)
+    elif P4 == 1:
         if not DIAG:  # one branch per step: tiles of diagonal forward tiles keep E4M3 P
             if MASK:  # the group maxima see no masked key, whose p is not zero here
                 if Q_AXIS == 0:
                     b_p = tl.where(visible(o_i[:, None], o_k[None, :], geo), b_p, 0.0)
                 else:
                     b_p = tl.where(visible(o_i[None, :], o_k[:, None], geo), b_p, 0.0)
-            b_p = p4_values(b_p, K_AXIS, TO_LAYOUT, TILE)
+            b_p = p4_values(b_p, b_p, False, K_AXIS, TO_LAYOUT, TILE)
     # Pd comes from the fp32 value on the E4M3 grid, not from converting the fp8 codes back:
     # Triton 3.6 converts an fp8 tensor that also feeds a wgmma as its A operand to fp32 as
     # garbage (NaN dK, different from run to run).

@@ -47,6 +47,15 @@ class Route:
 ROUTES = {"mxfp8": Route(E4M3, E4M3), "bf16": Route(BF16, BF16), "nvfp4": Route(E4M3, BF16, p4=True)}
 
 
+def p4_mode(recipe, forward: bool) -> int:
+    """The kernels' P4 for a recipe (a ``flamia.Recipe`` the kernels run) in one direction: 0
+    no 4-bit P (also the backward of ``fwd_p4_bwd_p8``); 1 off the diagonal tiles; 2 on every
+    tile with group maxima over masked keys too (``p4_scale_before_mask``)."""
+    if not ROUTES[recipe.name].p4 or (not forward and recipe.fwd_p4_bwd_p8):
+        return 0
+    return 2 if recipe.p4_scale_before_mask else 1
+
+
 def format_of(codes: torch.Tensor) -> OperandFormat:
     """The format of a code tensor, from its dtype (the launchers' one source of it)."""
     for fmt in (E4M3, BF16):

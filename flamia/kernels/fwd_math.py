@@ -72,28 +72,37 @@ def diagonal_tile(t, i0, len_q, len_k, off, wl, wr, BM: tl.constexpr, BN: tl.con
 
 
 @triton.jit
-def p4_values(b_p, K_AXIS: tl.constexpr, TO_LAYOUT: tl.constexpr, LAYOUT: tl.constexpr):
+def p4_values(b_p, b_src, LOG_SRC: tl.constexpr, K_AXIS: tl.constexpr, TO_LAYOUT: tl.constexpr,
+              LAYOUT: tl.constexpr):
     """4-bit P before the V fold (NUMERICS.md 6) of b_p [R, C] fp32 (>= 0, 0 on masked keys,
     keys along K_AXIS in groups of 32 from the document start): ``e2m1(p 2^-eg) 2^eg`` with
-    ``eg = scale_exponent(group max, 6)`` per (query, 32 keys), in b_p's layout
-    (TO_LAYOUT(x, LAYOUT), as ``scores_to_codes``' TO_ROWS)."""
+    ``eg = scale_exponent(gmax, 6)`` per (query, 32 keys), in b_p's layout (TO_LAYOUT(x,
+    LAYOUT), as ``scores_to_codes``' TO_ROWS). gmax is the group max of b_src [R, C]: of p
+    itself (b_src = b_p, the contract), or with LOG_SRC of x - m (-inf where no key counts),
+    gmax = exp2 of the max, as the leaking ablation takes it over in-bounds keys."""
     R: tl.constexpr = b_p.shape[0]
     C: tl.constexpr = b_p.shape[1]
     if K_AXIS == 1:  # [queries, keys]
         b_g = tl.reshape(b_p, [R, C // P_GROUP, P_GROUP])
-        b_eg = tl.expand_dims(scale_exponent(tl.max(b_g, 2), E2M1_EQ, E2M1_MQ), 2)  # [R, C / 32, 1]
+        b_max = tl.max(tl.reshape(b_src, [R, C // P_GROUP, P_GROUP]), 2)  # [R, C / 32]
     else:  # [keys, queries]
         b_g = tl.reshape(b_p, [R // P_GROUP, P_GROUP, C])
-        b_eg = tl.expand_dims(scale_exponent(tl.max(b_g, 1), E2M1_EQ, E2M1_MQ), 1)  # [R / 32, 1, C]
+        b_max = tl.max(tl.reshape(b_src, [R // P_GROUP, P_GROUP, C]), 1)  # [R / 32, C]
+    if LOG_SRC:
+        b_max = tl.exp2(b_max)
+    b_eg = tl.expand_dims(scale_exponent(b_max, E2M1_EQ, E2M1_MQ), K_AXIS + 1)  # [R, C / 32, 1] or [R / 32, 1, C]
     return TO_LAYOUT(tl.reshape(round_e2m1(b_g * pow2(-b_eg)) * pow2(b_eg), [R, C]), LAYOUT)
 
 
 @triton.jit
 def finish_rows(b_l, b_m, b_pv, SIGMA: tl.constexpr):
     """The epilogue's row statistics (fp32 [BM] each): ro = 2^(PV - sigma) / l, lse in natural
-    log, m; rows that saw no key get ro = 0 (so O = 0) and lse = m = +inf."""
+    log, m; rows that saw no key get ro = 0 (so O = 0) and lse = m = +inf. l is 0 on a row
+    that saw keys only with p4_sum_quantized when every 4-bit weight it used flushed to zero
+    (the leaking ablation's group scales): its acc is 0 too, and it divides by 1, as the
+    emulator does, so O = 0 instead of 0 / 0."""
     m_valid = b_m > float("-inf")
-    b_l = tl.where(m_valid, b_l, 1.0)
+    b_l = tl.where(m_valid & (b_l > 0), b_l, 1.0)
     b_ro = tl.where(m_valid, tl.math.div_rn(pow2(b_pv - SIGMA), b_l), 0.0)
     b_lse = tl.where(m_valid, (b_m + tl.log2(b_l)) * LN2, float("inf"))
     return b_ro, b_lse, tl.where(m_valid, b_m, float("inf"))
@@ -125,19 +134,23 @@ def _row_tree(x, IS_MAX: tl.constexpr, LEAVES: tl.constexpr):
 @triton.jit
 def scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU: tl.constexpr, MASK,
                     CODES: tl.constexpr, INTERPRET: tl.constexpr, TO_ROWS: tl.constexpr = same_layout,
-                    ROWS: tl.constexpr = None, P4: tl.constexpr = False, DIAG=True, TILE: tl.constexpr = None):
+                    ROWS: tl.constexpr = None, P4: tl.constexpr = 0, DIAG=True, TILE: tl.constexpr = None,
+                    P4_SUM: tl.constexpr = False, n_k=0):
     """NUMERICS.md 3's steps 1 (after the product) to 6 on one tile of key-scaled scores
     b_y = (Q^ K^T) * kf[None, :] [BM, BN] fp32 (the caller's multiply, so that a kernel may
     free the product's registers before its next product): the query factors, the mask
     (MASK, a constexpr or a runtime flag: rows see keys o_n [BN] in [b_first, b_last] [BM]),
     the integer running max, exp2, the row sum, the P^ codes with the V fold. Shared by the
-    Triton and the Gluon forwards, so their codes agree bit for bit. P4: the mixed route's
-    4-bit P (``p4_values``) where DIAG (``diagonal_tile``) is false; TILE: b_y's layout
-    for TO_ROWS (Gluon).
+    Triton and the Gluon forwards, so their codes agree bit for bit. P4 (``p4_values``): 0 none;
+    1 the mixed route's 4-bit P where DIAG (``diagonal_tile``) is false; 2 the leaking
+    ablation's, on every tile with group maxima over the document's n_k keys, masked or not.
+    P4_SUM: l adds the 4-bit values (``p4_sum_quantized``). TILE: b_y's layout for TO_ROWS
+    (Gluon).
     Returns (P^ [BM, BN] in the operand format CODES, alpha [BM], l [BM], m [BM])."""
     # x = (S qf) kf of NUMERICS.md 3, in another order with the same bits: qf and kf are
     # powers of two, so y = S kf and y qf are exact, max(x) = qf max(y), and exp2's argument
     # y qf - m is one fused multiply-add (one multiply per score fewer).
+    b_y_in = b_y  # the leaking ablation's group maxima see the keys the mask hides
     if MASK:
         m_vis = (o_n[None, :] >= b_first[:, None]) & (o_n[None, :] <= b_last[:, None])  # [BM, BN]
         b_y = tl.where(m_vis, b_y, float("-inf"))
@@ -148,11 +161,19 @@ def scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU: 
     b_m_ref = tl.where(b_m_new == float("-inf"), 0.0, b_m_new)
     b_alpha = tl.exp2(b_m - b_m_ref)                                # exact power of two
     b_p = tl.exp2(tl.fma(b_y, b_qf[:, None], -b_m_ref[:, None]))   # [BM, BN]
-    b_l = b_l * b_alpha + TO_ROWS(tl.sum(_row_tree(b_p, False, 8), 1), ROWS)  # before the V fold
+    if not P4_SUM:  # l adds p, before the V fold: summed here, p's registers go to the 4-bit P
+        b_l = b_l * b_alpha + TO_ROWS(tl.sum(_row_tree(b_p, False, 8), 1), ROWS)
+    if P4 == 2:
+        b_src = tl.fma(b_y_in, b_qf[:, None], -b_m_ref[:, None])  # x - m
+        if MASK:
+            b_src = tl.where(o_n[None, :] < n_k, b_src, float("-inf"))
+        b_p = p4_values(b_p, b_src, True, 1, TO_ROWS, TILE)
+    elif P4 == 1:
+        if not DIAG:  # one branch per tile: the diagonal tiles keep E4M3 P
+            b_p = p4_values(b_p, b_p, False, 1, TO_ROWS, TILE)
+    if P4_SUM:
+        b_l = b_l * b_alpha + TO_ROWS(tl.sum(_row_tree(b_p, False, 8), 1), ROWS)
     # (p vf) rf as the contract writes it: p (vf rf), the backward's order, gives the same codes
     # with one multiply per score fewer, but is no faster here (NUMERICS.md 4).
-    if P4:
-        if not DIAG:  # one branch per tile: the diagonal tiles keep E4M3 P
-            b_p = p4_values(b_p, 1, TO_ROWS, TILE)
     b_pq = to_codes((b_p * b_vf[None, :]) * b_rf[:, None], CODES, INTERPRET)  # [BM, BN]
     return b_pq, b_alpha, b_l, b_m_new

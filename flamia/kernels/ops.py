@@ -17,7 +17,7 @@ import torch
 from ..spec import AttnSpec
 from .attn_bwd import attention_backward
 from .attn_fwd import attention_forward
-from .configs import ROUTES, tiles_for
+from .configs import ROUTES, p4_mode, tiles_for
 from .layout import transposed_extent
 from .plan import build_plan, plan_layout
 from .prefix import prefix_v_exponent
@@ -102,7 +102,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         qq.codes, qq.exps, kq.codes, kq.exps, vq.codes_t, vq.exps, pv, spec.cu_seqlens_q, spec.cu_seqlens_k,
         vq.cu_seqlens_t, causal=spec.causal, window_size=spec.window_size,
         softmax_scale=spec.softmax_scale, tau=recipe.tau, sigma=recipe.sigma, scale_block=block, tiles=tiles,
-        key_rec=key_rec, work=plan.work("fwd"), p4=route.p4, diag_block_m=recipe.fwd_diag_block_m)
+        key_rec=key_rec, work=plan.work("fwd"), p4=p4_mode(recipe, forward=True), p4_sum=recipe.p4_sum_quantized,
+        diag_block_m=recipe.fwd_diag_block_m)
     res = Residuals(qq.codes, qq.codes_t, qq.exps, kq.codes, kq.codes_t, kq.exps, vq.codes, vq.exps,
                     plan.cu_qt, plan.cu_kt, key_rec, m, ro, pv, plan.buffer)
     return out.to(q.dtype), lse, res
@@ -130,7 +131,7 @@ def backward(dout: torch.Tensor, out: torch.Tensor, res: Residuals,
         sigma=spec.recipe.sigma, scale_block=spec.recipe.scale_block, tiles=tiles,
         rotate=spec.recipe.use_hadamard(out.shape[-1]), out_dtype=dout.dtype, key_rec=res.key_rec,
         records=go.records, dkdv_work=plan.view(res.work, "dkdv"), dq_work=plan.view(res.work, "dq"),
-        p4=route.p4 and not spec.recipe.fwd_p4_bwd_p8)
+        p4=p4_mode(spec.recipe, forward=False))
 
 
 _programs = replay.Programs()  # forward programs by call key; each holds its backward's by dO's
