@@ -27,8 +27,8 @@ class Recipe:
     scale_block: tokens that share one operand exponent: 32 (default) or 1 (per-token
         scales, the exact options: no in-block residue).
     Ablation switches (each reproduces one of the paper's failure modes; emulator only, but
-    nvfp4's p4_scale_before_mask, fwd_p4_bwd_p8 and fwd_diag_block_m, which its kernels run
-    too):
+    fwd_approx_exp on mxfp8 and nvfp4, and nvfp4's p4_scale_before_mask, fwd_p4_bwd_p8 and
+    fwd_diag_block_m, which the kernels run too):
     per_tensor_scales: one E4M3 scale per tensor for Q, K, V, dO (leaks across positions
         and documents; paper Table 5's per-tensor row).
     p4_scale_before_mask: 4-bit P group scales taken before the causal mask, so a group

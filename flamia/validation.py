@@ -155,12 +155,16 @@ def _kernel_recipe(recipe: Recipe) -> str | None:
     if recipe.name not in KERNEL_RECIPES:
         return f"'triton' runs the {KERNEL_RECIPES} recipes, got {recipe.name!r}"
     if recipe.is_ablation:
-        # the mixed route's 4-bit P ablations are flags of its kernels; the others change what
-        # the quantizers or the softmax compute, which only the emulator does
-        kernel_flags = dict(fwd_p4_bwd_p8=False, fwd_diag_block_m=None, p4_scale_before_mask=False)
-        if recipe.name != "nvfp4" or recipe.with_(**kernel_flags).is_ablation:
-            return ("'triton' runs no ablation recipe but nvfp4's fwd_p4_bwd_p8, fwd_diag_block_m and "
-                    "p4_scale_before_mask")
+        # the forward's exponential and the mixed route's 4-bit P ablations are flags of the
+        # kernels; per-tensor scales and unchecked saturation change the quantizers, which only
+        # the emulator does, as it does the leaking groups' scales under the approximate exp2
+        # and bf16's (whose inexact score sums move its 7-bit fixed point across roundings)
+        p4_flags = dict(fwd_p4_bwd_p8=False, fwd_diag_block_m=None, p4_scale_before_mask=False)
+        if (recipe.per_tensor_scales or not recipe.check_saturation
+                or (recipe.name != "nvfp4" and recipe.with_(**p4_flags) != recipe)
+                or (recipe.fwd_approx_exp and (recipe.p4_scale_before_mask or recipe.name == "bf16"))):
+            return ("'triton' runs no ablation recipe but fwd_approx_exp (mxfp8, nvfp4) and nvfp4's fwd_p4_bwd_p8, "
+                    "fwd_diag_block_m and p4_scale_before_mask")
         tiles_m = sorted({t.fwd_block_m for t in TILES.values()})
         if recipe.fwd_diag_block_m is not None and any(recipe.fwd_diag_block_m % m for m in tiles_m):
             return f"'triton' needs fwd_diag_block_m to be a multiple of its query tiles {tiles_m}"

@@ -48,7 +48,7 @@ def changed(name, fn):
     return lambda a: {**a, name: fn(a[name])}
 
 
-ABLATION = Recipe("mxfp8", fwd_approx_exp=True)
+ABLATION = Recipe("mxfp8", per_tensor_scales=True)
 
 # id: (change to the good varlen arguments, exception, argument named first in the message)
 VARLEN_CASES = {
@@ -243,15 +243,22 @@ def test_backend_resolution_on_cuda():
         resolve_backend("triton", RECIPES["fp4"], q)
 
 
+def test_kernels_run_the_flag_ablations_bf16():
+    """bf16's score sums are inexact: its approximate exponential stays with the emulator."""
+    with pytest.raises(ValueError, match="runs no ablation"):
+        resolve_backend("triton", RECIPES["bf16"].with_(fwd_approx_exp=True), torch.zeros(4, 2, 64))
+
+
 @pytest.mark.parametrize("changes, runs", [
     (dict(fwd_p4_bwd_p8=True), True), (dict(fwd_diag_block_m=256), True),
     (dict(p4_scale_before_mask=True, p4_sum_quantized=True), True), (dict(fwd_diag_block_m=96), False),
-    (dict(fwd_approx_exp=True), False), (dict(fwd_p4_bwd_p8=True, fwd_approx_exp=True), False)])
-def test_kernels_run_the_mixed_routes_p4_ablations(changes, runs):
-    """nvfp4's fwd_p4_bwd_p8, fwd_diag_block_m (a multiple of the kernels' 64-row query tiles)
-    and p4_scale_before_mask are flags of the kernels; other ablations stay with the emulator.
-    On a CPU tensor the triton backend then stops at the device check, or earlier at the
-    recipe."""
+    (dict(fwd_approx_exp=True), True), (dict(fwd_approx_exp=True, p4_scale_before_mask=True), False),
+    (dict(per_tensor_scales=True), False)])
+def test_kernels_run_the_flag_ablations(changes, runs):
+    """fwd_approx_exp and nvfp4's fwd_p4_bwd_p8, fwd_diag_block_m (a multiple of the kernels'
+    64-row query tiles) and p4_scale_before_mask are flags of the kernels; other ablations
+    stay with the emulator. On a CPU tensor the triton backend then stops at the device check,
+    or earlier at the recipe."""
     q = torch.zeros(4, 2, 64)
     match = "needs CUDA" if runs else "runs no ablation|multiple of its query tiles"
     with pytest.raises(ValueError, match=match):

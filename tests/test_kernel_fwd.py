@@ -65,7 +65,8 @@ def launch(fwd):
                              causal=sp.causal, window_size=sp.window_size,
                              softmax_scale=sp.softmax_scale, tau=sp.recipe.tau, sigma=sp.recipe.sigma,
                              scale_block=sp.recipe.scale_block, tiles=fwd.tiles, p4=p4_mode(sp.recipe, forward=True),
-                             p4_sum=sp.recipe.p4_sum_quantized, diag_block_m=sp.recipe.fwd_diag_block_m)
+                             p4_sum=sp.recipe.p4_sum_quantized, diag_block_m=sp.recipe.fwd_diag_block_m,
+                             approx_exp=sp.recipe.fwd_approx_exp)
 
 
 def run_both(lens_q, lens_k, heads, d, causal, window, tile_cfg, seed, recipe="mxfp8"):
@@ -204,6 +205,19 @@ def test_forward_matches_emulator_nvfp4_options(name, changes):
     assert_matches(got, fwd)
 
 
+@pytest.mark.parametrize("recipe", ["mxfp8", "nvfp4"])
+@pytest.mark.parametrize("name", ["causal-gqa-d64", "two-sided-window", "causal-lq-ne-lk"])
+def test_forward_matches_emulator_approx_exp(name, recipe):
+    """The fwd_approx_exp ablation: P from Schraudolph's exponential, bit for bit the
+    emulator's (formats.bitexp)."""
+    from flamia.recipes import Recipe
+
+    lens_q, lens_k, heads, d, causal, window, (bm, bn) = CASES[name]
+    got, fwd = run_both(lens_q, lens_k or lens_q, heads, d, causal, window, tiles(bm, max(bn, 32)), seed=len(name),
+                        recipe=Recipe(recipe, fwd_approx_exp=True))
+    assert_matches(got, fwd)
+
+
 @pytest.mark.parametrize("recipe", ["mxfp8", "bf16", "nvfp4"])
 def test_forward_default_tiles(recipe):
     """The shipped 128 x 128 tiles: one query tile per document at these lengths."""
@@ -266,15 +280,17 @@ def test_gluon_forward_equals_triton_per_token_exponents(recipe):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("changes", [dict(fwd_diag_block_m=256), dict(p4_scale_before_mask=True, p4_sum_quantized=True),
-                                     dict(p4_sum_quantized=True)], ids=["wider-diagonal", "leaking", "sum-quantized"])
-def test_gluon_forward_equals_triton_nvfp4_options(changes):
-    """nvfp4's kernel options: diagonal tiles decided over 256 query rows; 4-bit P on every
-    tile with group maxima over masked keys (the leaking ablation); l over the 4-bit values."""
+@pytest.mark.parametrize("name, changes", [
+    ("nvfp4", dict(fwd_diag_block_m=256)), ("nvfp4", dict(p4_scale_before_mask=True, p4_sum_quantized=True)),
+    ("nvfp4", dict(p4_sum_quantized=True)), ("mxfp8", dict(fwd_approx_exp=True)), ("nvfp4", dict(fwd_approx_exp=True))],
+    ids=["wider-diagonal", "leaking", "sum-quantized", "approx-exp", "approx-exp-nvfp4"])
+def test_gluon_forward_equals_triton_options(name, changes):
+    """The forward's recipe options: nvfp4's diagonal tiles decided over 256 query rows, 4-bit
+    P on every tile with group maxima over masked keys (the leaking ablation), l over the
+    4-bit values; Schraudolph's exponential."""
     from flamia.recipes import Recipe
 
-    assert_gluon_equals_triton(*GLUON_CASES["long-causal-gqa"], AttnTiles(), seed=6,
-                               recipe=Recipe("nvfp4", **changes))
+    assert_gluon_equals_triton(*GLUON_CASES["long-causal-gqa"], AttnTiles(), seed=6, recipe=Recipe(name, **changes))
 
 
 def assert_gluon_equals_triton(lens_q, lens_k, heads, d, causal, window, gluon, seed, recipe="mxfp8"):

@@ -30,14 +30,14 @@ def _mean_log2_ratio() -> float:
     return float(torch.log2((1 + f) / torch.exp2(f)).mean())
 
 
-_OFFSET = -_mean_log2_ratio() * _BF16_MANTISSA
+SCHRAUDOLPH_OFFSET = -_mean_log2_ratio() * _BF16_MANTISSA
 
 
 def schraudolph_exp2(x: torch.Tensor) -> torch.Tensor:
     """Approximate 2^x (fp32 in, fp32 out); x <= 0 as softmax arguments are. Below 2^-126
     the pattern would wrap, so those results are 0."""
     xf = x.float()
-    bits = torch.round((xf + 127.0) * _BF16_MANTISSA + _OFFSET)
+    bits = torch.round((xf + 127.0) * _BF16_MANTISSA + SCHRAUDOLPH_OFFSET)
     ok = bits >= _BF16_MANTISSA  # exponent field >= 1
     bits = bits.clamp(min=0, max=255 * _BF16_MANTISSA - 1).to(torch.int32) << 16
     return torch.where(ok, bits.view(torch.float32), torch.zeros((), device=x.device))

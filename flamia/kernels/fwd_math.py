@@ -9,6 +9,7 @@ import math
 import triton
 import triton.language as tl
 
+from ..formats.bitexp import SCHRAUDOLPH_OFFSET
 from .fp4 import round_e2m1
 from .fp8 import pow2, scale_exponent, to_codes
 from .layout import T_ALIGN
@@ -18,6 +19,8 @@ V_ALIGN = tl.constexpr(T_ALIGN)  # V^T: every document starts at a multiple of t
 P_GROUP = tl.constexpr(32)  # keys of a row sharing one power-of-two scale of 4-bit P
 E2M1_EQ = tl.constexpr(2)  # 6 = (1 + 0x400000 / 2^23) * 2^2: scale_exponent's qmax for E2M1
 E2M1_MQ = tl.constexpr(0x400000)
+_SCHRAUDOLPH_OFFSET = tl.constexpr(SCHRAUDOLPH_OFFSET)
+_ROUND = tl.constexpr(12582912.0)  # 1.5 * 2^23: fp32 adds near it round to integers, ties to even
 
 
 @triton.jit
@@ -95,6 +98,17 @@ def p4_values(b_p, b_src, LOG_SRC: tl.constexpr, K_AXIS: tl.constexpr, TO_LAYOUT
 
 
 @triton.jit
+def schraudolph_exp2(x):
+    """``formats.bitexp.schraudolph_exp2`` (the ``fwd_approx_exp`` ablation's forward): x in
+    fixed point with 7 fraction bits, written into a BF16 pattern, centred by the offset;
+    0 where the pattern would leave the normal range. Each step as the torch one rounds, and
+    x * 128 is exact, so a contracted multiply-add rounds alike."""
+    b = (((x + 127.0) * 128.0 + _SCHRAUDOLPH_OFFSET) + _ROUND) - _ROUND
+    bits = tl.minimum(tl.maximum(b, 0.0), 255.0 * 128.0 - 1.0).to(tl.int32) << 16
+    return tl.where(b >= 128.0, bits.to(tl.float32, bitcast=True), 0.0)
+
+
+@triton.jit
 def finish_rows(b_l, b_m, b_pv, SIGMA: tl.constexpr):
     """The epilogue's row statistics (fp32 [BM] each): ro = 2^(PV - sigma) / l, lse in natural
     log, m; rows that saw no key get ro = 0 (so O = 0) and lse = m = +inf. l is 0 on a row
@@ -135,7 +149,7 @@ def _row_tree(x, IS_MAX: tl.constexpr, LEAVES: tl.constexpr):
 def scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU: tl.constexpr, MASK,
                     CODES: tl.constexpr, INTERPRET: tl.constexpr, TO_ROWS: tl.constexpr = same_layout,
                     ROWS: tl.constexpr = None, P4: tl.constexpr = 0, DIAG=True, TILE: tl.constexpr = None,
-                    P4_SUM: tl.constexpr = False, n_k=0):
+                    P4_SUM: tl.constexpr = False, n_k=0, APPROX_EXP: tl.constexpr = False):
     """NUMERICS.md 3's steps 1 (after the product) to 6 on one tile of key-scaled scores
     b_y = (Q^ K^T) * kf[None, :] [BM, BN] fp32 (the caller's multiply, so that a kernel may
     free the product's registers before its next product): the query factors, the mask
@@ -144,8 +158,8 @@ def scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU: 
     Triton and the Gluon forwards, so their codes agree bit for bit. P4 (``p4_values``): 0 none;
     1 the mixed route's 4-bit P where DIAG (``diagonal_tile``) is false; 2 the leaking
     ablation's, on every tile with group maxima over the document's n_k keys, masked or not.
-    P4_SUM: l adds the 4-bit values (``p4_sum_quantized``). TILE: b_y's layout for TO_ROWS
-    (Gluon).
+    P4_SUM: l adds the 4-bit values (``p4_sum_quantized``). APPROX_EXP: P from Schraudolph's
+    exponential (``fwd_approx_exp``). TILE: b_y's layout for TO_ROWS (Gluon).
     Returns (P^ [BM, BN] in the operand format CODES, alpha [BM], l [BM], m [BM])."""
     # x = (S qf) kf of NUMERICS.md 3, in another order with the same bits: qf and kf are
     # powers of two, so y = S kf and y qf are exact, max(x) = qf max(y), and exp2's argument
@@ -160,7 +174,10 @@ def scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU: 
     # NaN out of exp2 (their p is exp2(-inf) = 0 and alpha cannot change acc or l).
     b_m_ref = tl.where(b_m_new == float("-inf"), 0.0, b_m_new)
     b_alpha = tl.exp2(b_m - b_m_ref)                                # exact power of two
-    b_p = tl.exp2(tl.fma(b_y, b_qf[:, None], -b_m_ref[:, None]))   # [BM, BN]
+    if APPROX_EXP:
+        b_p = schraudolph_exp2(tl.fma(b_y, b_qf[:, None], -b_m_ref[:, None]))  # [BM, BN]
+    else:
+        b_p = tl.exp2(tl.fma(b_y, b_qf[:, None], -b_m_ref[:, None]))  # [BM, BN]
     if not P4_SUM:  # l adds p, before the V fold: summed here, p's registers go to the 4-bit P
         b_l = b_l * b_alpha + TO_ROWS(tl.sum(_row_tree(b_p, False, 8), 1), ROWS)
     if P4 == 2:

@@ -103,7 +103,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         vq.cu_seqlens_t, causal=spec.causal, window_size=spec.window_size,
         softmax_scale=spec.softmax_scale, tau=recipe.tau, sigma=recipe.sigma, scale_block=block, tiles=tiles,
         key_rec=key_rec, work=plan.work("fwd"), p4=p4_mode(recipe, forward=True), p4_sum=recipe.p4_sum_quantized,
-        diag_block_m=recipe.fwd_diag_block_m)
+        diag_block_m=recipe.fwd_diag_block_m, approx_exp=recipe.fwd_approx_exp)
     res = Residuals(qq.codes, qq.codes_t, qq.exps, kq.codes, kq.codes_t, kq.exps, vq.codes, vq.exps,
                     plan.cu_qt, plan.cu_kt, key_rec, m, ro, pv, plan.buffer)
     return out.to(q.dtype), lse, res
