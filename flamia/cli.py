@@ -1,7 +1,7 @@
 """The ``flamia`` command line (also ``python -m flamia``).
 
     flamia demo                      every recipe: accuracy, leakage verdict, GPU speed
-    flamia probe --recipe mxfp8 [--exact | --per-tensor] [--backend B] [--peers all]
+    flamia probe --recipe mxfp8 [--exact | --per-tensor | --p4-before-mask] [--backend B] [--peers all]
     flamia accuracy --recipe mxfp8,nvfp4 [--outliers [N]] [--lengths 1000,333,1] [--peers fa2,cudnn:fp8]
     flamia bench ... / flamia train ...   (their own options: flamia bench --help)
     flamia --version
@@ -82,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--recipe", choices=sorted(RECIPES), default="mxfp8")
     pr.add_argument("--exact", action="store_true", help="the exact options: per-token scales (scale_block=1)")
     pr.add_argument("--per-tensor", action="store_true", help="per-tensor scales (the leaking ablation)")
+    pr.add_argument("--p4-before-mask", action="store_true",
+                    help="4-bit P's group scales before the causal mask (nvfp4, fp4: the leaking 4-bit ablation)")
     pr.add_argument("--cuts", type=_ints, default=DEFAULT_CUTS, help="positions in document 0 to perturb")
     _common(pr, PROBE_LENGTHS, heads=4)
 
@@ -113,6 +115,10 @@ def run_probe(args) -> int:
         recipe = recipe.with_(scale_block=1)
     if args.per_tensor:
         recipe = recipe.with_(per_tensor_scales=True)
+    if args.p4_before_mask:
+        if not recipe.has_p4:
+            raise SystemExit(f"flamia probe: --p4-before-mask needs a 4-bit P recipe (nvfp4, fp4), got {args.recipe}")
+        recipe = recipe.with_(p4_scale_before_mask=True)
     inputs = _inputs(args)
     print(probe(recipe, inputs, cuts=args.cuts, backend=args.backend).format())
     for text in _peer_texts(args.peers, inputs, True, lambda attn: probe(attn, inputs, cuts=args.cuts).format(),

@@ -57,6 +57,21 @@ def test_probe_command_shows_the_per_tensor_leak(capsys):
     assert "verdict: LEAKS" in capsys.readouterr().out
 
 
+def test_probe_command_shows_the_4bit_group_leak(capsys):
+    """nvfp4 with its P groups scaled before the mask: a later key in a row's 32-key group
+    changes that row (the paper's leaking 4-bit configuration). Inside the group, which is
+    V's 32-token block, so with per-token scales elsewhere (--exact) the verdict falls from
+    exact to block-local."""
+    argv = ["probe", "--recipe", "nvfp4", "--exact", "--lengths", "70,9,1", "--heads", "2", "--cuts", "37,50",
+            "--device", "cpu"]
+    assert main(argv) == 0
+    assert "verdict: exact" in capsys.readouterr().out
+    assert main(argv + ["--p4-before-mask"]) == 0
+    assert "verdict: block-local" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="--p4-before-mask needs a 4-bit P recipe"):
+        main(["probe", "--recipe", "mxfp8", "--p4-before-mask", "--device", "cpu"])
+
+
 def test_accuracy_command_compares_recipes_on_one_workload(capsys):
     assert main(["accuracy", "--recipe", "mxfp8,bf16", "--lengths", "40,7", "--heads", "2",
                  "--outliers", "--device", "cpu"]) == 0
