@@ -161,7 +161,8 @@ def test_reuses_a_work_list_and_no_tokens():
     got, want = quantize_nvfp4_operand(x, cu, work=work), quantize_nvfp4_operand(x, cu)
     assert torch.equal(got.codes, want.codes) and torch.equal(got.exps, want.exps)
     empty = quantize_nvfp4_operand(x[:0], _cu_seqlens((0, 0)))
-    assert empty.codes.shape == (0, HEADS, 32) and empty.scales.shape == (0, HEADS, 4) and empty.exps.shape == (0, HEADS)
+    assert empty.codes.shape == (0, HEADS, 32) and empty.scales.shape == (0, HEADS, 4)
+    assert empty.exps.shape == (0, HEADS)
 
 
 @pytest.mark.parametrize("call, match", [
