@@ -43,6 +43,17 @@ def visible(o_i, o_k, geo):
 
 
 @triton.jit
+def tile_positions(o_i, o_k, Q_AXIS: tl.constexpr):
+    """Query and key positions [N] broadcast to a tile's orientation: [queries, keys]
+    (Q_AXIS = 0) or [keys, queries] (Q_AXIS = 1), for ``visible`` and the bounds checks."""
+    if Q_AXIS == 0:
+        t_i, t_k = o_i[:, None], o_k[None, :]
+    else:
+        t_i, t_k = o_i[None, :], o_k[:, None]
+    return t_i, t_k
+
+
+@triton.jit
 def forward_diagonal(i0, k0, geo, FBM: tl.constexpr, FBN: tl.constexpr):
     """Whether a backward tile from query i0 and key k0 lies in a diagonal tile of the
     forward's FBM x FBN tiles (``fwd_math.diagonal_tile``), where the mixed route kept E4M3
@@ -90,20 +101,15 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
     if P4 == 2:
         b_src = b_xm
         if MASK:  # group maxima over the in-bounds keys, masked or not; P over the visible ones
-            if Q_AXIS == 0:
-                b_src = tl.where((o_i[:, None] < geo[0]) & (o_k[None, :] < geo[1]), b_xm, float("-inf"))
-                b_p = tl.where(visible(o_i[:, None], o_k[None, :], geo), b_p, 0.0)
-            else:
-                b_src = tl.where((o_i[None, :] < geo[0]) & (o_k[:, None] < geo[1]), b_xm, float("-inf"))
-                b_p = tl.where(visible(o_i[None, :], o_k[:, None], geo), b_p, 0.0)
+            t_i, t_k = tile_positions(o_i, o_k, Q_AXIS)
+            b_src = tl.where((t_i < geo[0]) & (t_k < geo[1]), b_xm, float("-inf"))
+            b_p = tl.where(visible(t_i, t_k, geo), b_p, 0.0)
         b_p = p4_values(b_p, b_src, True, K_AXIS, TO_LAYOUT, TILE)
     elif P4 == 1:
         if not DIAG:  # one branch per step: tiles of diagonal forward tiles keep E4M3 P
             if MASK:  # the group maxima see no masked key, whose p is not zero here
-                if Q_AXIS == 0:
-                    b_p = tl.where(visible(o_i[:, None], o_k[None, :], geo), b_p, 0.0)
-                else:
-                    b_p = tl.where(visible(o_i[None, :], o_k[:, None], geo), b_p, 0.0)
+                t_i, t_k = tile_positions(o_i, o_k, Q_AXIS)
+                b_p = tl.where(visible(t_i, t_k, geo), b_p, 0.0)
             b_p = p4_values(b_p, b_p, False, K_AXIS, TO_LAYOUT, TILE)
     # Pd comes from the fp32 value on the E4M3 grid, not from converting the fp8 codes back:
     # Triton 3.6 converts an fp8 tensor that also feeds a wgmma as its A operand to fp32 as
@@ -122,10 +128,8 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
     if MASK:
         # Masked by selection, never by a product: a masked step reaches rows or keys of the
         # next document, whose codes and records may be NaN (0 x NaN = NaN would cross it).
-        if Q_AXIS == 0:
-            m_vis = visible(o_i[:, None], o_k[None, :], geo)
-        else:
-            m_vis = visible(o_i[None, :], o_k[:, None], geo)
+        t_i, t_k = tile_positions(o_i, o_k, Q_AXIS)
+        m_vis = visible(t_i, t_k, geo)
         b_pcf = tl.where(m_vis, b_pcf, 0.0)
         b_g = tl.where(m_vis, b_g, 0.0)
     return b_pcf.to(CODES), b_g

@@ -151,8 +151,8 @@ class QuantizerTiles:
     rotated_warps: int = 1
     transposed_parts: int = 4
     plain_warps: int = 2
-    # The NVFP4 launch (quantize_fp4.py) holds a unit's rows in fp32 with its group scales: at
-    # 2 warps and d=128 it spills (460 LDL/STL, offline SASS), at 4 it does not.
+    # The NVFP4 launch (quantize_fp4.py) holds a unit's rows in fp32 with their group scales,
+    # which spill at 2 warps and d=128 (docs/PERFORMANCE.md).
     nvfp4_warps: int = 4
 
     def __post_init__(self):

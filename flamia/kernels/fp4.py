@@ -15,7 +15,7 @@ _HALF_STEPS = tl.constexpr(6291456.0)  # 1.5 * 2^22: fp32 adds near it round to 
 
 
 @triton.jit
-def _round_int(y):
+def round_int(y):
     """y (fp32, |y| < 2^22) rounded to an integer, half to even (fp32 adds round so)."""
     return (y + _ROUND) - _ROUND
 
@@ -35,7 +35,7 @@ def e4m3_round_up(x):
     scale so the grid step is 1 (exact: x < 16 steps), take the ceiling, scale back."""
     k = e4m3_step_exp(x)
     y = x * pow2(-k)
-    q = _round_int(y)
+    q = round_int(y)
     q = tl.where(q < y, q + 1.0, q)  # nearest below y: one up makes the ceiling
     return q * pow2(k)
 
@@ -49,7 +49,7 @@ def e2m1_codes(x):
     a = tl.abs(x)
     a = tl.where(a < 6.0, a, 6.0)  # saturate, and send NaN to 6 before the int conversion
     wide = (a >= 2.0).to(tl.int32) + (a >= 4.0).to(tl.int32)  # spacing 2^(wide - 1)
-    q = _round_int(a * pow2(1 - wide))  # exact scaling, then one rounding
+    q = round_int(a * pow2(1 - wide))  # exact scaling, then one rounding
     return (q.to(tl.int32) + 2 * wide) | ((x < 0).to(tl.int32) << 3)
 
 

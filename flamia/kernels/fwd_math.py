@@ -10,7 +10,7 @@ import triton
 import triton.language as tl
 
 from ..formats.bitexp import SCHRAUDOLPH_OFFSET
-from .fp4 import round_e2m1
+from .fp4 import round_e2m1, round_int
 from .fp8 import pow2, scale_exponent, to_codes
 from .layout import T_ALIGN
 
@@ -20,7 +20,6 @@ P_GROUP = tl.constexpr(32)  # keys of a row sharing one power-of-two scale of 4-
 E2M1_EQ = tl.constexpr(2)  # 6 = (1 + 0x400000 / 2^23) * 2^2: scale_exponent's qmax for E2M1
 E2M1_MQ = tl.constexpr(0x400000)
 _SCHRAUDOLPH_OFFSET = tl.constexpr(SCHRAUDOLPH_OFFSET)
-_ROUND = tl.constexpr(12582912.0)  # 1.5 * 2^23: fp32 adds near it round to integers, ties to even
 
 
 @triton.jit
@@ -103,7 +102,7 @@ def schraudolph_exp2(x):
     fixed point with 7 fraction bits, written into a BF16 pattern, centred by the offset;
     0 where the pattern would leave the normal range. Each step as the torch one rounds, and
     x * 128 is exact, so a contracted multiply-add rounds alike."""
-    b = (((x + 127.0) * 128.0 + _SCHRAUDOLPH_OFFSET) + _ROUND) - _ROUND
+    b = round_int((x + 127.0) * 128.0 + _SCHRAUDOLPH_OFFSET)
     bits = tl.minimum(tl.maximum(b, 0.0), 255.0 * 128.0 - 1.0).to(tl.int32) << 16
     return tl.where(b >= 128.0, bits.to(tl.float32, bitcast=True), 0.0)
 
