@@ -3,11 +3,13 @@
    the training call against the emulator, replay, backend resolution), in parallel shards;
 2. its training call (forward + backward, CUDA-graphed, best of 3 x 10, each provider alone)
    on the six causal workloads of `flamia bench`, next to flamia:mxfp8 and FA2 varlen (BF16),
-   as a table.
+   as a table, and with --out as results.json and results.md there (written after each
+   workload, so a run cut short keeps what it measured).
 
-    python3 benchmarks/recipe_check.py --recipe {bf16,nvfp4} [--skip-tests] [--skip-timing]
+    python3 benchmarks/recipe_check.py --recipe {bf16,nvfp4} [--skip-tests] [--skip-timing] [--out DIR]
 """
 import argparse
+import json
 import subprocess
 import sys
 import time
@@ -33,7 +35,34 @@ def run_tests(recipe: str) -> int:
     return rc
 
 
-def run_timing(recipe: str) -> None:
+def _table(recipe: str, keys: tuple, rows: list) -> str:
+    lines = ["| workload | " + " | ".join(keys) + f" | {recipe} vs FA2 | {recipe} / mxfp8 |",
+             "|---" * (len(keys) + 3) + "|"]
+    for name, t in rows:
+        cells = [f"{t[k]:.3f}" if isinstance(t[k], float) else "n/a" for k in keys]
+        mx, own, fa2 = (t[k] for k in keys)
+        vs_fa2 = f"{fa2 / own:.2f}x" if isinstance(fa2, float) and isinstance(own, float) else "n/a"
+        vs_mx = f"{own / mx:.2f}" if isinstance(mx, float) and isinstance(own, float) else "n/a"
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {vs_fa2} | {vs_mx} |")
+    return "\n".join(lines)
+
+
+def _write(out: Path, recipe: str, keys: tuple, rows: list) -> None:
+    import torch
+    import triton
+
+    out.mkdir(parents=True, exist_ok=True)
+    head = {"recipe": recipe, "mode": "train", "graphed": True, "protocol": "best of 3 x 10 calls, each provider alone",
+            "device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    records = [{"workload": name, "provider": k, **({"ms": v} if isinstance(v, float) else {"why": v})}
+               for name, t in rows for k, v in t.items()]
+    (out / "results.json").write_text(json.dumps({**head, "records": records}, indent=1))
+    (out / "results.md").write_text(f"training call, CUDA-graphed, ms ({head['device']}, {head['date']})\n\n"
+                                    + _table(recipe, keys, rows) + "\n")
+
+
+def run_timing(recipe: str, out: "Path | None") -> None:
     import torch
 
     from flamia.bench.providers import registry
@@ -63,17 +92,11 @@ def run_timing(recipe: str) -> None:
                 torch.cuda.synchronize()
             rows.append((name, times))
             print(name, {k: (f"{v:.3f} ms" if isinstance(v, float) else v) for k, v in times.items()}, flush=True)
+            if out is not None:
+                _write(out, recipe, keys, rows)
             del case
             torch.cuda.empty_cache()
-    print(f"\ntraining call, CUDA-graphed, ms\n\n| workload | " + " | ".join(keys)
-          + f" | {recipe} vs FA2 | {recipe} / mxfp8 |")
-    print("|---" * (len(keys) + 3) + "|")
-    for name, t in rows:
-        cells = [f"{t[k]:.3f}" if isinstance(t[k], float) else "n/a" for k in keys]
-        mx, own, fa2 = (t[k] for k in keys)
-        vs_fa2 = f"{fa2 / own:.2f}x" if isinstance(fa2, float) and isinstance(own, float) else "n/a"
-        vs_mx = f"{own / mx:.2f}" if isinstance(mx, float) and isinstance(own, float) else "n/a"
-        print(f"| {name} | " + " | ".join(cells) + f" | {vs_fa2} | {vs_mx} |")
+    print("\ntraining call, CUDA-graphed, ms\n\n" + _table(recipe, keys, rows))
 
 
 def main() -> int:
@@ -81,10 +104,11 @@ def main() -> int:
     ap.add_argument("--recipe", required=True, choices=sorted(SELECTION))
     ap.add_argument("--skip-tests", action="store_true")
     ap.add_argument("--skip-timing", action="store_true")
+    ap.add_argument("--out", type=Path, help="also write results.json and results.md here")
     args = ap.parse_args()
     rc = 0 if args.skip_tests else run_tests(args.recipe)
     if not args.skip_timing:
-        run_timing(args.recipe)
+        run_timing(args.recipe, args.out)
     return rc
 
 
