@@ -113,9 +113,9 @@ def finish_rows(b_l, b_m, b_pv, SIGMA: tl.constexpr):
     log, m; rows that saw no key get ro = 0 (so O = 0) and lse = m = +inf. l is 0 on a row
     that saw keys only with p4_sum_quantized when every 4-bit weight it used flushed to zero
     (the leaking ablation's group scales): its acc is 0 too, and it divides by 1, as the
-    emulator does, so O = 0 instead of 0 / 0."""
+    emulator does, so O = 0 instead of 0 / 0. A NaN l (a non-finite operand) stays NaN."""
     m_valid = b_m > float("-inf")
-    b_l = tl.where(m_valid & (b_l > 0), b_l, 1.0)
+    b_l = tl.where(m_valid & (b_l != 0), b_l, 1.0)
     b_ro = tl.where(m_valid, tl.math.div_rn(pow2(b_pv - SIGMA), b_l), 0.0)
     b_lse = tl.where(m_valid, (b_m + tl.log2(b_l)) * LN2, float("inf"))
     return b_ro, b_lse, tl.where(m_valid, b_m, float("inf"))
