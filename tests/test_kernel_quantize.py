@@ -8,7 +8,7 @@ import torch
 from flamia.kernels.configs import BF16, QuantizerTiles
 from flamia.kernels.layout import (DOC_ALIGN, T_ALIGN, aligned_starts, aligned_starts_reference, token_columns, transposed_extent,
                                    transposed_reference)
-from flamia.kernels.quantize import quantize_grad_output, quantize_operand
+from flamia.kernels.quantize import quantize_grad_output, quantize_operand, quantize_pair
 from flamia.recipes import RECIPES
 from flamia.reference import operands as ref
 from flamia.reference.numerics import Bf16Numerics
@@ -94,6 +94,32 @@ def test_operand_zero_block_and_row_major_only():
     assert torch.equal(_bytes(got.codes), _bytes(ref.quantize_operand(x, _cu_seqlens(LENGTHS), max(LENGTHS), 32).codes))
 
 
+def _assert_same_operand(got, want) -> None:
+    assert torch.equal(_bytes(got.codes), _bytes(want.codes)) and torch.equal(got.exps, want.exps)
+    assert torch.equal(_bytes(got.codes_t), _bytes(want.codes_t))
+    assert torch.equal(got.cu_seqlens_t, want.cu_seqlens_t)
+
+
+@pytest.mark.parametrize("hadamard", [False, True])
+@pytest.mark.parametrize("lengths_k", [(3, 40, 0, 100, 1), (0, 0, 0, 0, 0)], ids=["cross", "no-keys"])
+def test_pair_writes_what_two_launches_write(lengths_k, hadamard):
+    """Q and K in one launch (4 query heads on 2 KV heads, each side its own documents, so one
+    side's list outruns the other's; or keys without tokens) equal two single launches."""
+    q = _rows(LENGTHS, 4, 64, seed=1)
+    k = _rows(lengths_k, HEADS, 64, seed=2) if sum(lengths_k) else torch.zeros(0, HEADS, 64, device=DEVICE)
+    k = k.to(q.dtype)
+    cu_q, cu_k = _cu_seqlens(LENGTHS), _cu_seqlens(lengths_k)
+    for got, x, cu in zip(quantize_pair(q, k, cu_q, cu_k, 32, hadamard), (q, k), (cu_q, cu_k)):
+        _assert_same_operand(got, quantize_operand(x, cu, 32, hadamard))
+
+
+def test_bf16_pair_writes_what_two_launches_write():
+    q, k = _rows(LENGTHS, HEADS, 64, seed=3), _rows(LENGTHS, HEADS, 64, seed=4)
+    cu = _cu_seqlens(LENGTHS)
+    for got, x in zip(quantize_pair(q, k, cu, cu, 32, fmt=BF16), (q, k)):
+        _assert_same_operand(got, quantize_operand(x, cu, 32, fmt=BF16))
+
+
 def _assert_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu: torch.Tensor, max_seqlen: int,
                         block: int) -> None:
     got = quantize_grad_output(do, o, ro, cu, block, STEP)
@@ -169,6 +195,9 @@ def test_transposed_gaps_are_zero(monkeypatch, hadamard):
     (lambda x, cu: quantize_operand(x.transpose(0, 1), cu), "x: expected a contiguous"),
     (lambda x, cu: quantize_operand(x, cu, block=3), "block"),
     (lambda x, cu: quantize_operand(x[..., :32].contiguous(), cu, hadamard=True), "hadamard"),
+    (lambda x, cu: quantize_pair(x, x.float(), cu, cu), "k: expected q's dtype"),
+    (lambda x, cu: quantize_pair(x, x, cu, cu[:-1]), "k: expected q's dtype"),
+    (lambda x, cu: quantize_pair(x, x, cu, cu, fmt=BF16, scores=True), "scores"),
     (lambda x, cu: quantize_grad_output(x, x, torch.ones(2, 3, device=DEVICE), cu), "ro"),
     (lambda x, cu: quantize_grad_output(x, x, torch.ones(2, 117, device=DEVICE), cu, step=48), "step"),
     (lambda x, cu: quantize_grad_output(x, x, torch.ones(2, 117, device=DEVICE), cu, block=8, step=8), "step"),

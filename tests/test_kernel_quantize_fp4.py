@@ -14,8 +14,8 @@ from flamia.formats.nvfp4 import NVFP4_GROUP, e4m3_round_up, quantize_nvfp4
 from flamia.kernels.fp4 import e2m1_codes as e2m1_codes_kernel
 from flamia.kernels.fp4 import e4m3_round_up as e4m3_round_up_kernel
 from flamia.kernels.fp4 import round_e2m1 as round_e2m1_kernel
-from flamia.kernels.quantize import quantize_operand
-from flamia.kernels.quantize_fp4 import nvfp4_score_codes, quantize_nvfp4_operand
+from flamia.kernels.quantize import quantize_operand, quantize_pair
+from flamia.kernels.quantize_fp4 import quantize_nvfp4_operand
 from flamia.kernels.worklist import tile_list
 from flamia.reference.operands import quantize_operand as reference_operand
 from flamia.reference.operands_fp4 import nvfp4_operand
@@ -226,19 +226,20 @@ def test_real_size_matches_reference_on_gpu(hadamard):
 
 
 def _assert_score_codes_match(lengths, heads, d, block, hadamard, seed):
-    """The mixed route's bf16 score codes from the MXFP8 launch's exponents equal the
-    emulator's NVFP4 operand (values x 2^-2, g sharing the token-block exponent) bit for bit."""
+    """The mixed route's bf16 score codes, written by the MXFP8 launch of Q and K from its own
+    exponents, equal the emulator's NVFP4 operand (values x 2^-2, g sharing the token-block
+    exponent) bit for bit, on both operands of the launch; its transposed codes and exponents
+    are the plain launch's."""
     cu = _cu_seqlens(lengths)
-    x = _rows(lengths, heads, d, seed=seed)
-    exps = quantize_operand(x, cu, block, hadamard).exps
-    got = nvfp4_score_codes(x, cu, exps, hadamard)
-    ref_exps = reference_operand(x.cpu(), cu.cpu(), max(lengths), block, hadamard).exps
-    assert torch.equal(exps.int().cpu(), ref_exps)
-    want = nvfp4_operand(x.cpu(), rotate=hadamard, exps=ref_exps)
-    assert got.dtype == torch.bfloat16 and got.shape == x.shape
-    assert torch.equal(_bits(got.float().cpu()), _bits(want.codes))
-    with pytest.raises(ValueError, match="exps"):
-        nvfp4_score_codes(x, cu, exps.int(), hadamard)
+    q, k = _rows(lengths, heads, d, seed=seed), _rows(lengths, heads, d, seed=seed + 1)
+    for x, got in zip((q, k), quantize_pair(q, k, cu, cu, block, hadamard, scores=True)):
+        plain = quantize_operand(x, cu, block, hadamard)
+        assert torch.equal(got.exps, plain.exps) and torch.equal(got.codes_t.view(torch.uint8), plain.codes_t.view(torch.uint8))
+        ref_exps = reference_operand(x.cpu(), cu.cpu(), max(lengths), block, hadamard).exps
+        assert torch.equal(got.exps.int().cpu(), ref_exps)
+        want = nvfp4_operand(x.cpu(), rotate=hadamard, exps=ref_exps)
+        assert got.codes.dtype == torch.bfloat16 and got.codes.shape == x.shape
+        assert torch.equal(_bits(got.codes.float().cpu()), _bits(want.codes))
 
 
 @pytest.mark.parametrize("hadamard", [False, True])

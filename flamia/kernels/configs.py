@@ -151,8 +151,9 @@ class QuantizerTiles:
     rotated_warps: int = 1
     transposed_parts: int = 4
     plain_warps: int = 2
-    # The NVFP4 launch (quantize_fp4.py) holds a unit's rows in fp32 with their group scales,
-    # which spill at 2 warps and d=128 (docs/PERFORMANCE.md).
+    # The launches that form NVFP4 groups (quantize_fp4.py; the mixed route's Q and K launch,
+    # its score codes) hold a unit's rows in fp32 with their group scales, which spill at 2
+    # warps and d=128 (docs/PERFORMANCE.md).
     nvfp4_warps: int = 4
 
     def __post_init__(self):

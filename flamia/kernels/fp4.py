@@ -1,5 +1,5 @@
 """Triton helpers of the 4-bit formats (NUMERICS.md 1 and 6): E2M1 codes, the E4M3 grid
-rounded up, two codes per byte. Each is exact in fp32 arithmetic on the values' bits (exact
+rounded up, two codes per byte, NVFP4's group scales and the mixed route's score codes. Each is exact in fp32 arithmetic on the values' bits (exact
 powers of two, the 1.5 * 2^23 round-to-integer), so it runs the same on the GPU and under
 the interpreter and equals ``flamia.formats`` (``e2m1_codes``, ``nvfp4.e4m3_round_up``,
 ``pack_e2m1``) bit for bit.
@@ -7,7 +7,13 @@ the interpreter and equals ``flamia.formats`` (``e2m1_codes``, ``nvfp4.e4m3_roun
 import triton
 import triton.language as tl
 
+from ..formats.e2m1 import E2M1_MAX
+from ..formats.nvfp4 import NVFP4_G_SHIFT, NVFP4_GROUP
 from .fp8 import pow2
+
+_GROUP = tl.constexpr(NVFP4_GROUP)
+_E2M1_MAX = tl.constexpr(E2M1_MAX)
+_G_SHIFT = tl.constexpr(NVFP4_G_SHIFT)
 
 # fp32 x + 1.5 * 2^23 - 1.5 * 2^23 rounds |x| < 2^22 to an integer, ties to even.
 _ROUND = tl.constexpr(12582912.0)
@@ -73,3 +79,45 @@ def pack_e2m1(codes):
     N: tl.constexpr = codes.shape[1]
     even, odd = tl.split(tl.reshape(codes, [R, N // 2, 2]))  # [R, N / 2] each
     return (even | (odd << 4)).to(tl.uint8)
+
+
+@triton.jit
+def _group_scales(b_amax16, b_g):
+    """E4M3 scales [U, G] fp32 of the groups whose max |x| is b_amax16 [U, G], rows of scale
+    b_g [U, 1] (a power of two, at least the row max / 1792, so the ratio stays below 448):
+    the ratio to 6 g rounded up on the grid, one grid step up where the group's maximum would
+    still scale above 6."""
+    b_s = e4m3_round_up(tl.math.div_rn(b_amax16, _E2M1_MAX * b_g))
+    over = tl.math.div_rn(b_amax16, b_s * b_g) > _E2M1_MAX
+    return tl.where(over, b_s + pow2(e4m3_step_exp(b_s)), b_s)
+
+
+@triton.jit
+def nvfp4_groups(b_x, b_e, D: tl.constexpr):
+    """NVFP4 along the head dim of rows b_x [U, D] fp32 with per-token exponents b_e [U] int32
+    (g = 2^(e - 2), ``formats.nvfp4``): (E4M3 group scales [U, D / 16] fp32, x / (s * g)
+    [U, D] fp32, 0 in a group whose s * g is 0). A non-finite x gives its row NaN scales."""
+    U: tl.constexpr = b_x.shape[0]
+    b_g = pow2(b_e - _G_SHIFT)[:, None]  # [U, 1]
+    b_groups = tl.reshape(b_x, [U, D // _GROUP, _GROUP])
+    b_amax16 = tl.max(tl.abs(b_groups), axis=2)  # [U, D / 16]
+    # x * 0 is 0, or NaN for a non-finite x (tl.max drops NaNs on the GPU): NaN scales carry it
+    b_s = _group_scales(b_amax16, b_g) + tl.sum(b_x * 0.0, axis=1)[:, None]  # [U, D / 16]
+    b_denom = (b_s * b_g)[:, :, None]  # [U, D / 16, 1]
+    b_scaled = tl.where(b_denom > 0, tl.math.div_rn(b_groups, b_denom), 0.0)
+    return b_s, tl.reshape(b_scaled, [U, D])
+
+
+@triton.jit
+def score_codes(b_x, b_e, D: tl.constexpr):
+    """The mixed NVFP4 route's score codes [U, D] fp32, exact in bf16
+    (``reference.operands_fp4.nvfp4_operand``): E2M1 value x E4M3 scale x 2^-2 of rows b_x
+    [U, D] fp32 whose per-token exponents b_e [U] int32 are the MXFP8 operand's. A negative
+    value that rounds to zero keeps its sign, as the decoded sign bit does."""
+    U: tl.constexpr = b_x.shape[0]
+    b_s, b_scaled = nvfp4_groups(b_x, b_e, D)
+    # the sign as a bit: a negation may compile to 0 - x, which drops the sign of a zero
+    sign = (b_scaled < 0).to(tl.int32) << 31
+    b_r = (round_e2m1(tl.abs(b_scaled)).to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)
+    b_v = tl.reshape(b_r, [U, D // _GROUP, _GROUP]) * (b_s * 0.25)[:, :, None]
+    return tl.reshape(b_v, [U, D])

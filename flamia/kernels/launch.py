@@ -140,6 +140,7 @@ def launch(kernel, grid: tuple, *args, **kwargs) -> None:
     launch options among ``_OPTIONS``."""
     if interpreting() or _hooked(knobs.runtime.launch_enter_hook) or _hooked(knobs.runtime.launch_exit_hook):
         kernel[grid](*args, **kwargs)
+        _note(None)
         return
     binding = _bindings.get((id(kernel), len(args)))
     if binding is None:
@@ -154,9 +155,7 @@ def launch(kernel, grid: tuple, *args, **kwargs) -> None:
         compiled = _kept.get(key)
     except (KeyError, TypeError):  # not a call this path can key
         kernel[grid](*args, **kwargs)
-        record = getattr(recording, "launches", None)
-        if record is not None:
-            record.append(None)
+        _note(None)
         return
     if compiled is None:
         compiled = kernel[grid](*args, **kwargs)
@@ -165,6 +164,12 @@ def launch(kernel, grid: tuple, *args, **kwargs) -> None:
     else:
         compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, _stream(device),
                      compiled.function, compiled.packed_metadata, None, None, None, *values)
+    _note((compiled, grid, values))
+
+
+def _note(entry) -> None:
+    """Append a launch to this thread's ``recording``, if one is on: (compiled, grid, values),
+    or None for a launch that took ``kernel[grid]`` (replay.py cannot replay it)."""
     record = getattr(recording, "launches", None)
     if record is not None:
-        record.append((compiled, grid, values))
+        record.append(entry)

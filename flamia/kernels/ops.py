@@ -1,15 +1,14 @@
 """The MXFP8, BF16 and mixed NVFP4 training calls on the GPU as two functions, forward and
 backward, for the custom ops of ``flamia/ops.py``: quantize -> forward, then quantize dO ->
-backward.
+backward; 8 launches in all (plan, Q and K, V, PV, forward; dO, dK/dV, dQ).
 
-Glue only: every launch lives in quantize.py, quantize_fp4.py, attn_fwd.py and attn_bwd.py. Nothing here reads
+Glue only: every launch lives in plan.py, quantize.py, prefix.py, attn_fwd.py and attn_bwd.py. Nothing here reads
 a device value on the host, so a whole training step captures in a CUDA graph.
 
 ``forward_eager`` and ``backward_eager`` are the same calls for eager autograd: after a shape's
 first call they replay its recorded launches (``replay.py``), and the forward's residuals
 travel as one workspace tensor.
 """
-from dataclasses import replace
 from typing import NamedTuple
 
 import torch
@@ -21,8 +20,7 @@ from .configs import ROUTES, p4_mode, tiles_for
 from .layout import transposed_extent
 from .plan import build_plan, plan_layout
 from .prefix import prefix_v_exponent
-from .quantize import quantize_grad_output, quantize_operand
-from .quantize_fp4 import nvfp4_score_codes
+from .quantize import quantize_grad_output, quantize_operand, quantize_pair
 from . import replay
 from .launch import _device
 
@@ -85,16 +83,14 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     # Q^T and K^T are written now, in the launch that reads Q and K anyway: the backward's
     # dK = G^T Q^ and dQ = G K^ need them as K-major FP8 operands. The transposed codes'
     # document starts and every launch's work list come from one launch (Q's quantizer list
-    # serves K and V when both sides share cu_seqlens); V's launch writes the key records.
+    # serves K and V when both sides share cu_seqlens); Q and K share a launch, and V's
+    # writes the key records. The mixed NVFP4 route's row-major Q and K codes are its scores'.
     plan = build_plan(spec.cu_seqlens_q, spec.cu_seqlens_k, q.shape[0], k.shape[0], tiles)
     k_work = plan.work("k_operand")
-    qq = quantize_operand(q, spec.cu_seqlens_q, block, rotate, True, plan.cu_qt, work=plan.work("q_operand"), fmt=fmt)
-    kq = quantize_operand(k, spec.cu_seqlens_k, block, rotate, True, plan.cu_kt, work=k_work, fmt=fmt)
+    qq, kq = quantize_pair(q, k, spec.cu_seqlens_q, spec.cu_seqlens_k, block, rotate, plan.cu_qt, plan.cu_kt,
+                           plan.work("q_operand"), k_work, fmt, scores=route.scores != fmt)
     vq = quantize_operand(v, spec.cu_seqlens_k, block, False, True, plan.cu_kt, work=k_work, key_exps=kq.exps,
                           fmt=fmt)
-    if route.scores != fmt:  # the mixed NVFP4 route: Q's and K's scores in NVFP4 sharing the exponents
-        qq = replace(qq, codes=nvfp4_score_codes(q, spec.cu_seqlens_q, qq.exps, rotate, work=plan.work("q_operand")))
-        kq = replace(kq, codes=nvfp4_score_codes(k, spec.cu_seqlens_k, kq.exps, rotate, work=k_work))
     key_rec = vq.key_rec  # read by the forward and the backward's dQ
     pv = prefix_v_exponent(vq.exps, spec.cu_seqlens_q, spec.cu_seqlens_k, q.shape[0], spec.causal,
                            spec.window_size, block)

@@ -26,12 +26,13 @@ import triton.language as tl
 from ..formats.hadamard import HADAMARD_DIMS
 from ..validation import INPUT_DTYPES
 from .configs import E4M3, QUANTIZER, OperandFormat
-from .fp8 import block_exponents, inf_to_nan, interpreting, pow2, to_codes, to_fp32
+from .fp4 import score_codes
+from .fp8 import block_exponents, inf_to_nan, interpreting, pow2, to_codes, to_fp32, to_output
 from .hadamard import rotate
 from .layout import (T_ALIGN, aligned_starts, check_operand, column_offsets, mma_token_order,
                      transposed_extent, unit_columns, zero_padding)
 from .rotated_quantizer import rotated_operand_kernel
-from .worklist import list_extent, program_tile, tile_list
+from .worklist import list_extent, program_tile, program_tile_within, tile_list
 from .launch import launch
 from .records import check_sigma
 
@@ -139,15 +140,14 @@ def _zero_padding(p_t, cu_seqlens, cu_seqlens_t, doc, unit, num_docs, h, T_t, D:
 
 
 @triton.jit
-def _quantize_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_work, width, num_docs,
-                             T_t, H, inv_sqrt_d, p_key_exps, p_key_rec, T, D: tl.constexpr, UNIT: tl.constexpr,
-                             BLOCK: tl.constexpr, HADAMARD_STAGES: tl.constexpr, TRANSPOSED: tl.constexpr,
-                             KEY_REC: tl.constexpr, T_ALIGN: tl.constexpr, CODES: tl.constexpr,
-                             INTERPRET: tl.constexpr):
-    doc, unit = program_tile(p_work, width)
+def _quantize_unit(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_work, width, T_t, H, h, num_docs,
+                   inv_sqrt_d, p_key_exps, p_key_rec, T, D: tl.constexpr, UNIT: tl.constexpr, BLOCK: tl.constexpr,
+                   HADAMARD_STAGES: tl.constexpr, TRANSPOSED: tl.constexpr, KEY_REC: tl.constexpr,
+                   SCORES: tl.constexpr, T_ALIGN: tl.constexpr, CODES: tl.constexpr, INTERPRET: tl.constexpr):
+    """This program's unit of head h (int64) of one operand."""
+    doc, unit = program_tile_within(p_work, width)
     if doc < 0:
         return
-    h = tl.program_id(1).to(tl.int64)
     if TRANSPOSED:
         _zero_padding(p_codes_t, cu_seqlens, cu_seqlens_t, doc, unit, num_docs, h, T_t, D, T_ALIGN)
     start, end, o_t, m_t = _unit_rows(cu_seqlens, doc, unit, UNIT)
@@ -159,7 +159,10 @@ def _quantize_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seq
     b_x = rotate(b_x, inv_sqrt_d, HADAMARD_STAGES)
     b_e = _exponents(b_x, BLOCK, CODES)  # [UNIT]
     b_scaled = _code_range(b_x, pow2(-b_e)[:, None], CODES)
-    tl.store(p_codes + o_x, to_codes(b_scaled, CODES, INTERPRET), mask=m_t[:, None])
+    if SCORES:  # the mixed NVFP4 route: the row-major codes are the scores' bf16 codes
+        tl.store(p_codes + o_x, to_output(score_codes(b_x, b_e, D), tl.bfloat16, INTERPRET), mask=m_t[:, None])
+    else:
+        tl.store(p_codes + o_x, to_codes(b_scaled, CODES, INTERPRET), mask=m_t[:, None])
     tl.store(p_exps + o_t * H + h, b_e.to(tl.int8), mask=m_t)
     if KEY_REC:
         # records.key_records of K's stored exponents and these (as stored, int8)
@@ -177,6 +180,26 @@ def _quantize_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seq
                               pow2(-b_e)[None, :], CODES)
         _store_transposed(p_codes_t, b_t, _unit_cols(cu_seqlens, cu_seqlens_t, doc, unit, UNIT, T_ALIGN), h, T_t, D,
                           CODES, INTERPRET)
+
+
+@triton.jit
+def _quantize_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_work, width, T_t, H,
+                             p_x2, p_codes2, p_codes_t2, p_exps2, cu_seqlens2, cu_seqlens_t2, p_work2, width2, T_t2,
+                             H2, num_docs, inv_sqrt_d, p_key_exps, p_key_rec, T, D: tl.constexpr, UNIT: tl.constexpr,
+                             BLOCK: tl.constexpr, HADAMARD_STAGES: tl.constexpr, TRANSPOSED: tl.constexpr,
+                             KEY_REC: tl.constexpr, PAIR: tl.constexpr, SCORES: tl.constexpr, T_ALIGN: tl.constexpr,
+                             CODES: tl.constexpr, INTERPRET: tl.constexpr):
+    """Program ((document, unit), head). PAIR: heads H.. of the grid quantize a second operand
+    (the arguments ending in 2, its head h - H), so Q and K take one launch."""
+    h = tl.program_id(1).to(tl.int64)
+    if PAIR and h >= H:
+        _quantize_unit(p_x2, p_codes2, p_codes_t2, p_exps2, cu_seqlens2, cu_seqlens_t2, p_work2, width2, T_t2, H2,
+                       h - H, num_docs, inv_sqrt_d, p_key_exps, p_key_rec, T, D, UNIT, BLOCK, HADAMARD_STAGES,
+                       TRANSPOSED, KEY_REC, SCORES, T_ALIGN, CODES, INTERPRET)
+    else:
+        _quantize_unit(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_work, width, T_t, H, h,
+                       num_docs, inv_sqrt_d, p_key_exps, p_key_rec, T, D, UNIT, BLOCK, HADAMARD_STAGES, TRANSPOSED,
+                       KEY_REC, SCORES, T_ALIGN, CODES, INTERPRET)
 
 
 @triton.jit
@@ -258,6 +281,57 @@ def _transposed_codes(heads: int, d: int, total: int, cu_seqlens: torch.Tensor, 
     return alloc(shape, dtype=fmt.torch_dtype, device=cu_seqlens.device)
 
 
+def _operand_outputs(x: torch.Tensor, cu_seqlens: torch.Tensor, transposed: bool, cu_seqlens_t: torch.Tensor | None,
+                     fmt: OperandFormat, row_dtype: torch.dtype) -> tuple:
+    """(codes [T, H, D] row_dtype, codes_t [H, D, T_t] or None, exps [T, H] int8, its
+    cu_seqlens_t or None), uninitialised."""
+    total, heads, d = x.shape
+    codes = torch.empty((total, heads, d), dtype=row_dtype, device=x.device)
+    codes_t, cu_t = None, None
+    if transposed:
+        cu_t = aligned_starts(cu_seqlens) if cu_seqlens_t is None else cu_seqlens_t
+        codes_t = _transposed_codes(heads, d, total, cu_seqlens, fmt)
+    return codes, codes_t, torch.empty((total, heads), dtype=torch.int8, device=x.device), cu_t
+
+
+def _launch_operands(sides: list, block: int, hadamard: bool, transposed: bool, fmt: OperandFormat,
+                     scores: bool = False, key_exps: torch.Tensor | None = None,
+                     key_rec: torch.Tensor | None = None) -> None:
+    """One launch over one or two operands; sides: (x, cu_seqlens, (codes, codes_t, exps,
+    cu_seqlens_t), work) each, every x with tokens, one head dim and one dtype."""
+    unit = QUANTIZER.operand_unit
+    args, grid = [], [0, 0]
+    for x, cu_seqlens, (codes, codes_t, exps, cu_t), work in sides:
+        total, heads, _ = x.shape
+        (width, _), work_args = _units(cu_seqlens, total, unit, heads, work)
+        args += [x, codes, codes_t, exps, cu_seqlens, cu_t, work_args["p_work"], width,
+                 0 if codes_t is None else codes_t.shape[2], heads]
+        grid = [max(grid[0], width), grid[1] + heads]
+    pair = len(sides) == 2
+    args += [None] * 10 * (not pair)
+    d = sides[0][0].shape[2]
+    common = dict(num_docs=sides[0][1].numel() - 1, inv_sqrt_d=1.0 / math.sqrt(d), D=d, UNIT=unit, BLOCK=block,
+                  HADAMARD_STAGES=d.bit_length() - 1 if hadamard else 0, T_ALIGN=T_ALIGN, PAIR=pair)
+    if hadamard and transposed and key_exps is None and not scores and not interpreting():
+        # a token row per thread, so the butterflies stay in registers (rotated_quantizer.py)
+        launch(rotated_operand_kernel, tuple(grid), *args, **common, PARTS=QUANTIZER.transposed_parts,
+               num_warps=QUANTIZER.rotated_warps)
+        return
+    warps = QUANTIZER.nvfp4_warps if scores else QUANTIZER.rotated_warps if hadamard else QUANTIZER.plain_warps
+    launch(_quantize_operand_kernel, tuple(grid), *args, **common, p_key_exps=key_exps, p_key_rec=key_rec,
+           T=sides[0][0].shape[0], TRANSPOSED=transposed, KEY_REC=key_exps is not None, SCORES=scores,
+           CODES=fmt.codes, INTERPRET=interpreting(), num_warps=warps)
+
+
+def _check_options(x: torch.Tensor, block: int, hadamard: bool, fmt: OperandFormat) -> None:
+    _check_rows(x, "x")
+    _check_divisor(block, QUANTIZER.operand_unit, "block")
+    if hadamard and x.shape[2] not in HADAMARD_DIMS:
+        raise ValueError(f"hadamard: head dim must be one of {HADAMARD_DIMS}, got {x.shape[2]}")
+    if hadamard and fmt != E4M3:
+        raise ValueError(f"hadamard: the rotated quantizer writes E4M3 codes, got the {fmt.name} format")
+
+
 def quantize_operand(x: torch.Tensor, cu_seqlens: torch.Tensor, block: int = 32,
                      hadamard: bool = False, transposed: bool = True,
                      cu_seqlens_t: torch.Tensor | None = None, work: torch.Tensor | None = None,
@@ -272,40 +346,49 @@ def quantize_operand(x: torch.Tensor, cu_seqlens: torch.Tensor, block: int = 32,
     built here; key_exps: K's exponents [T, H] int8 when x is V: the launch also writes the
     key records (``KernelOperand.key_rec``), saving their own launch; fmt: the codes' format
     (the BF16 format has no rotated launch)."""
-    _check_rows(x, "x")
-    unit = QUANTIZER.operand_unit
-    _check_divisor(block, unit, "block")
-    total, heads, d = x.shape
-    if hadamard and d not in HADAMARD_DIMS:
-        raise ValueError(f"hadamard: head dim must be one of {HADAMARD_DIMS}, got {d}")
-    if hadamard and fmt != E4M3:
-        raise ValueError(f"hadamard: the rotated quantizer writes E4M3 codes, got the {fmt.name} format")
-    dev = x.device
-    codes = torch.empty((total, heads, d), dtype=fmt.torch_dtype, device=dev)
-    codes_t, cu_t = None, None
-    if transposed:
-        cu_t = aligned_starts(cu_seqlens) if cu_seqlens_t is None else cu_seqlens_t
-        codes_t = _transposed_codes(heads, d, total, cu_seqlens, fmt)
-    exps = torch.empty((total, heads), dtype=torch.int8, device=dev)
+    _check_options(x, block, hadamard, fmt)
+    total, heads, _ = x.shape
+    outputs = _operand_outputs(x, cu_seqlens, transposed, cu_seqlens_t, fmt, fmt.torch_dtype)
     key_rec = None
     if key_exps is not None:
         check_operand("key_exps", key_exps, torch.int8, (total, heads))
-        key_rec = torch.empty((heads, total), dtype=torch.int32, device=dev)
+        key_rec = torch.empty((heads, total), dtype=torch.int32, device=x.device)
     if total:
-        grid, args = _units(cu_seqlens, total, unit, heads, work)
-        common = dict(T_t=0 if codes_t is None else codes_t.shape[2], H=heads, inv_sqrt_d=1.0 / math.sqrt(d), D=d,
-                     UNIT=unit, BLOCK=block, HADAMARD_STAGES=d.bit_length() - 1 if hadamard else 0, T_ALIGN=T_ALIGN)
-        if hadamard and transposed and key_exps is None and not interpreting():
-            # a token row per thread, so the butterflies stay in registers (rotated_quantizer.py)
-            launch(rotated_operand_kernel, grid, x, codes, codes_t, exps, cu_seqlens, cu_t, **common, **args,
-                   PARTS=QUANTIZER.transposed_parts, num_warps=QUANTIZER.rotated_warps)
-        else:
-            launch(_quantize_operand_kernel, grid, x, codes, codes_t, exps, cu_seqlens, cu_t, **common, **args,
-                   p_key_exps=key_exps, p_key_rec=key_rec, T=total, TRANSPOSED=transposed,
-                   KEY_REC=key_exps is not None, CODES=fmt.codes, INTERPRET=interpreting(),
-                   num_warps=QUANTIZER.rotated_warps if hadamard else QUANTIZER.plain_warps)
-        work = args["p_work"]
+        if work is None:
+            work = tile_list(cu_seqlens, total, QUANTIZER.operand_unit, reverse=False, empty_docs=True)
+        _launch_operands([(x, cu_seqlens, outputs, work)], block, hadamard, transposed, fmt, key_exps=key_exps,
+                         key_rec=key_rec)
+    codes, codes_t, exps, cu_t = outputs
     return KernelOperand(codes, codes_t, exps, cu_t, work, key_rec)
+
+
+def quantize_pair(q: torch.Tensor, k: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
+                  block: int = 32, hadamard: bool = False, cu_seqlens_qt: torch.Tensor | None = None,
+                  cu_seqlens_kt: torch.Tensor | None = None, q_work: torch.Tensor | None = None,
+                  k_work: torch.Tensor | None = None, fmt: OperandFormat = E4M3,
+                  scores: bool = False) -> tuple[KernelOperand, KernelOperand]:
+    """Q and K -> ``quantize_operand(x, cu_seqlens, block, hadamard, True, cu_seqlens_t, work,
+    fmt=fmt)`` of each, in one launch (two when either has no tokens). q [Tq, Hq, D] and k
+    [Tk, Hkv, D] share a dtype and a head dim; cu_seqlens_q and cu_seqlens_k a document count.
+    scores: the mixed NVFP4 route (fmt E4M3): the row-major codes are the scores' bf16 codes
+    (``fp4.score_codes``, from the tokens' E4M3 exponents), the transposed ones stay E4M3."""
+    _check_options(q, block, hadamard, fmt)
+    _check_options(k, block, hadamard, fmt)
+    if k.dtype != q.dtype or k.shape[2] != q.shape[2] or cu_seqlens_k.numel() != cu_seqlens_q.numel():
+        raise ValueError(f"k: expected q's dtype {q.dtype}, head dim {q.shape[2]} and document count, got "
+                         f"{k.dtype}, {k.shape[2]}, {cu_seqlens_k.numel() - 1} against {cu_seqlens_q.numel() - 1}")
+    if scores and fmt != E4M3:
+        raise ValueError(f"scores: the mixed NVFP4 route's transposed codes are E4M3, got the {fmt.name} format")
+    row_dtype = torch.bfloat16 if scores else fmt.torch_dtype
+    sides = []
+    for x, cu, cu_t, work in ((q, cu_seqlens_q, cu_seqlens_qt, q_work), (k, cu_seqlens_k, cu_seqlens_kt, k_work)):
+        if work is None and x.shape[0]:
+            work = tile_list(cu, x.shape[0], QUANTIZER.operand_unit, reverse=False, empty_docs=True)
+        sides.append((x, cu, _operand_outputs(x, cu, True, cu_t, fmt, row_dtype), work))
+    with_tokens = [side for side in sides if side[0].shape[0]]
+    for group in ([with_tokens] if len(with_tokens) == 2 else [[side] for side in with_tokens]):
+        _launch_operands(group, block, hadamard, True, fmt, scores)
+    return tuple(KernelOperand(*outputs, work) for _, _, outputs, work in sides)
 
 
 def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu_seqlens: torch.Tensor,

@@ -29,20 +29,15 @@ import torch
 import triton
 import triton.language as tl
 
-from ..formats.e2m1 import E2M1_MAX
 from ..formats.hadamard import HADAMARD_DIMS
-from ..formats.nvfp4 import NVFP4_G_SHIFT, NVFP4_GROUP
+from ..formats.nvfp4 import NVFP4_GROUP
 from .configs import QUANTIZER
-from .fp4 import e2m1_codes, e4m3_round_up, e4m3_step_exp, pack_e2m1, round_e2m1
-from .fp8 import E4M3_EQ, E4M3_MQ, interpreting, pow2, scale_exponent, to_e4m3, to_fp32, to_output
+from .fp4 import e2m1_codes, nvfp4_groups, pack_e2m1
+from .fp8 import E4M3_EQ, E4M3_MQ, interpreting, scale_exponent, to_e4m3, to_fp32
 from .hadamard import rotate
 from .launch import launch
 from .quantize import _check_rows, _row_offsets, _unit_rows, _units
 from .worklist import program_tile
-
-_GROUP = tl.constexpr(NVFP4_GROUP)
-_E2M1_MAX = tl.constexpr(E2M1_MAX)
-_G_SHIFT = tl.constexpr(NVFP4_G_SHIFT)
 
 
 class KernelNvfp4Operand(NamedTuple):
@@ -58,47 +53,8 @@ class KernelNvfp4Operand(NamedTuple):
 
 
 @triton.jit
-def _group_scales(b_amax16, b_g):
-    """E4M3 scales [U, G] fp32 of the groups whose max |x| is b_amax16 [U, G], rows of scale
-    b_g [U, 1] (a power of two, at least the row max / 1792, so the ratio stays below 448):
-    the ratio to 6 g rounded up on the grid, one grid step up where the group's maximum would
-    still scale above 6."""
-    b_s = e4m3_round_up(tl.math.div_rn(b_amax16, _E2M1_MAX * b_g))
-    over = tl.math.div_rn(b_amax16, b_s * b_g) > _E2M1_MAX
-    return tl.where(over, b_s + pow2(e4m3_step_exp(b_s)), b_s)
-
-
-@triton.jit
-def _scaled_groups(b_x, b_s, b_g, D: tl.constexpr):
-    """x / (s * g) [U, D] fp32 of rows b_x [U, D] with group scales b_s [U, D / 16] and row
-    scales b_g [U, 1]; 0 in a group whose s * g is 0 (an all-zero group)."""
-    U: tl.constexpr = b_x.shape[0]
-    b_groups = tl.reshape(b_x, [U, D // _GROUP, _GROUP])
-    b_denom = (b_s * b_g)[:, :, None]  # [U, D / 16, 1]
-    b_scaled = tl.where(b_denom > 0, tl.math.div_rn(b_groups, b_denom), 0.0)
-    return tl.reshape(b_scaled, [U, D])
-
-
-@triton.jit
-def _score_values(b_scaled, b_s, D: tl.constexpr):
-    """The mixed route's score codes [U, D] fp32 (``reference.operands_fp4.nvfp4_operand``):
-    E2M1 value x E4M3 scale x 2^-2 of scaled rows b_scaled [U, D] (|x| <= 6, or NaN) with
-    group scales b_s [U, D / 16]; a negative value that rounds to zero keeps its sign, as the
-    decoded sign bit does."""
-    U: tl.constexpr = b_scaled.shape[0]
-    # the sign as a bit: a negation may compile to 0 - x, which drops the sign of a zero
-    sign = (b_scaled < 0).to(tl.int32) << 31
-    b_r = (round_e2m1(tl.abs(b_scaled)).to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)
-    b_v = tl.reshape(b_r, [U, D // _GROUP, _GROUP]) * (b_s * 0.25)[:, :, None]
-    return tl.reshape(b_v, [U, D])
-
-
-@triton.jit
 def _quantize_nvfp4_kernel(p_x, p_codes, p_scales, p_exps, cu_seqlens, p_work, width, H, inv_sqrt_d,
-                           D: tl.constexpr, UNIT: tl.constexpr, HADAMARD_STAGES: tl.constexpr,
-                           SCORES: tl.constexpr, INTERPRET: tl.constexpr):
-    """SCORES: read each token's exponent from p_exps and write the score codes (bf16) to
-    p_codes; else write the packed codes, the scales and the exponents."""
+                           D: tl.constexpr, UNIT: tl.constexpr, HADAMARD_STAGES: tl.constexpr, INTERPRET: tl.constexpr):
     doc, unit = program_tile(p_work, width)
     if doc < 0:
         return
@@ -109,23 +65,12 @@ def _quantize_nvfp4_kernel(p_x, p_codes, p_scales, p_exps, cu_seqlens, p_work, w
     # Rows past the document's end load as zeros: their stores are masked.
     b_x = to_fp32(tl.load(p_x + _row_offsets(o_t, h, H, D), mask=m_t[:, None], other=0.0), INTERPRET)  # [UNIT, D]
     b_x = rotate(b_x, inv_sqrt_d, HADAMARD_STAGES)
-    if SCORES:
-        b_e = tl.load(p_exps + o_t * H + h, mask=m_t, other=0).to(tl.int32)  # [UNIT]
-    else:
-        b_e = scale_exponent(tl.max(tl.abs(b_x), axis=1), E4M3_EQ, E4M3_MQ)  # [UNIT] int32
-    b_g = pow2(b_e - _G_SHIFT)
-    b_amax16 = tl.max(tl.abs(tl.reshape(b_x, [UNIT, D // _GROUP, _GROUP])), axis=2)  # [UNIT, D / 16]
-    # x * 0 is 0, or NaN for a non-finite x (tl.max drops NaNs on the GPU): NaN scales carry it
-    b_s = _group_scales(b_amax16, b_g[:, None]) + tl.sum(b_x * 0.0, axis=1)[:, None]  # [UNIT, D / 16]
-    b_scaled = _scaled_groups(b_x, b_s, b_g[:, None], D)  # [UNIT, D]
-    if SCORES:
-        b_v = to_output(_score_values(b_scaled, b_s, D), tl.bfloat16, INTERPRET)  # exact
-        tl.store(p_codes + _row_offsets(o_t, h, H, D), b_v, mask=m_t[:, None])
-    else:
-        tl.store(p_codes + _row_offsets(o_t, h, H, D // 2), pack_e2m1(e2m1_codes(b_scaled)), mask=m_t[:, None])
-        # the scales are E4M3 values already: the conversion is exact
-        tl.store(p_scales + _row_offsets(o_t, h, H, D // _GROUP), to_e4m3(b_s, INTERPRET), mask=m_t[:, None])
-        tl.store(p_exps + o_t * H + h, b_e.to(tl.int8), mask=m_t)
+    b_e = scale_exponent(tl.max(tl.abs(b_x), axis=1), E4M3_EQ, E4M3_MQ)  # [UNIT] int32
+    b_s, b_scaled = nvfp4_groups(b_x, b_e, D)  # [UNIT, D / 16], [UNIT, D]
+    tl.store(p_codes + _row_offsets(o_t, h, H, D // 2), pack_e2m1(e2m1_codes(b_scaled)), mask=m_t[:, None])
+    # the scales are E4M3 values already: the conversion is exact
+    tl.store(p_scales + _row_offsets(o_t, h, H, D // NVFP4_GROUP), to_e4m3(b_s, INTERPRET), mask=m_t[:, None])
+    tl.store(p_exps + o_t * H + h, b_e.to(tl.int8), mask=m_t)
 
 
 def _check_args(x: torch.Tensor, cu_seqlens: torch.Tensor, hadamard: bool) -> None:
@@ -138,33 +83,6 @@ def _check_args(x: torch.Tensor, cu_seqlens: torch.Tensor, hadamard: bool) -> No
                          f"{tuple(cu_seqlens.shape)}")
     if cu_seqlens.device != x.device:
         raise ValueError(f"cu_seqlens: must be on x's device {x.device}, got {cu_seqlens.device}")
-
-
-def _launch(x, cu_seqlens, hadamard, work, codes, scales, exps, scores: bool) -> None:
-    total, heads, d = x.shape
-    if total:
-        unit = QUANTIZER.operand_unit
-        grid, args = _units(cu_seqlens, total, unit, heads, work)
-        launch(_quantize_nvfp4_kernel, grid, x, codes, scales, exps, cu_seqlens, args["p_work"], args["width"],
-               H=heads, inv_sqrt_d=1.0 / math.sqrt(d), D=d, UNIT=unit,
-               HADAMARD_STAGES=d.bit_length() - 1 if hadamard else 0, SCORES=scores, INTERPRET=interpreting(),
-               num_warps=QUANTIZER.nvfp4_warps)
-
-
-def nvfp4_score_codes(x: torch.Tensor, cu_seqlens: torch.Tensor, exps: torch.Tensor, hadamard: bool = False,
-                      work: torch.Tensor | None = None) -> torch.Tensor:
-    """Q or K -> the mixed route's score codes in one launch (NUMERICS.md 6): bf16 [T, H, D],
-    the NVFP4 values (E2M1 code x E4M3 scale) times 2^-2, with g = 2^(exps - 2) from the
-    tokens' MXFP8 exponents exps (int8 [T, H], ``quantize.quantize_operand``'s of the same
-    x and rotation), which stay the scores' factors. x, cu_seqlens, hadamard, work: as
-    ``quantize_nvfp4_operand``."""
-    _check_args(x, cu_seqlens, hadamard)
-    if exps.dtype != torch.int8 or exps.shape != x.shape[:2] or exps.device != x.device:
-        raise ValueError(f"exps: expected int8 {tuple(x.shape[:2])} on {x.device}, got {exps.dtype} "
-                         f"{tuple(exps.shape)} on {exps.device}")
-    codes = torch.empty(x.shape, dtype=torch.bfloat16, device=x.device)
-    _launch(x, cu_seqlens, hadamard, work, codes, codes, exps, scores=True)
-    return codes
 
 
 def quantize_nvfp4_operand(x: torch.Tensor, cu_seqlens: torch.Tensor, hadamard: bool = False,
@@ -180,5 +98,11 @@ def quantize_nvfp4_operand(x: torch.Tensor, cu_seqlens: torch.Tensor, hadamard: 
     codes = torch.empty((total, heads, d // 2), dtype=torch.uint8, device=dev)
     scales = torch.empty((total, heads, d // NVFP4_GROUP), dtype=torch.float8_e4m3fn, device=dev)
     exps = torch.empty((total, heads), dtype=torch.int8, device=dev)
-    _launch(x, cu_seqlens, hadamard, work, codes, scales, exps, scores=False)
+    if total:
+        unit = QUANTIZER.operand_unit
+        grid, args = _units(cu_seqlens, total, unit, heads, work)
+        launch(_quantize_nvfp4_kernel, grid, x, codes, scales, exps, cu_seqlens, args["p_work"], args["width"],
+               H=heads, inv_sqrt_d=1.0 / math.sqrt(d), D=d, UNIT=unit,
+               HADAMARD_STAGES=d.bit_length() - 1 if hadamard else 0, INTERPRET=interpreting(),
+               num_warps=QUANTIZER.nvfp4_warps)
     return KernelNvfp4Operand(codes, scales, exps)

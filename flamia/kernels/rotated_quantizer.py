@@ -24,7 +24,7 @@ from triton.experimental.gluon import language as gl
 from .fp8 import block_exponents, inf_to_nan, pow2, to_e4m3
 from .hadamard import rotate
 from .layout import column_offsets, mma_token_order, unit_columns, zero_padding
-from .worklist import program_tile
+from .worklist import program_tile_within
 
 
 @gluon.jit
@@ -59,13 +59,10 @@ def _store_columns(p_t, b_x, d0, o_c, m_c, h, T_t, D: gl.constexpr, PIECE: gl.co
 
 
 @gluon.jit
-def rotated_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_work, width, num_docs,
-                            T_t, H, inv_sqrt_d, D: gl.constexpr, UNIT: gl.constexpr, BLOCK: gl.constexpr,
-                            HADAMARD_STAGES: gl.constexpr, T_ALIGN: gl.constexpr, PARTS: gl.constexpr):
-    """Program ((document, unit), head), UNIT = 32 * num_warps tokens: the arguments and the
-    outputs of ``quantize._quantize_operand_kernel`` with the rotation on and the transposed
-    codes written; PARTS: the transposed codes leave in PARTS pieces of D / PARTS head-dim
-    rows (``_store_columns``)."""
+def _rotated_unit(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_work, width, T_t, H, h, num_docs,
+                  inv_sqrt_d, D: gl.constexpr, UNIT: gl.constexpr, BLOCK: gl.constexpr, HADAMARD_STAGES: gl.constexpr,
+                  T_ALIGN: gl.constexpr, PARTS: gl.constexpr):
+    """This program's unit of head h (int64) of one operand."""
     # [UNIT, D]: a token row per thread, for the butterflies. LOAD and STORE: 16 bytes per
     # thread, consecutive threads along a row, so each warp reads and writes whole rows at once
     # (a row per thread leaves each 16-byte access in a different row: cache-bound); the
@@ -75,10 +72,9 @@ def rotated_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqle
     LOAD: gl.constexpr = gl.BlockedLayout([1, 8], [256 // D, D // 8], [gl.num_warps(), 1], [1, 0])
     STORE: gl.constexpr = gl.BlockedLayout([1, 16], [512 // D, D // 16], [gl.num_warps(), 1], [1, 0])
     COLS: gl.constexpr = gl.BlockedLayout([1, 16], [32 * 16 // UNIT, UNIT // 16], [gl.num_warps(), 1], [1, 0])
-    doc, unit = program_tile(p_work, width)
+    doc, unit = program_tile_within(p_work, width)
     if doc < 0:
         return
-    h = gl.program_id(1).to(gl.int64)
     start = gl.load(cu_seqlens + doc).to(gl.int64)
     end = gl.load(cu_seqlens + doc + 1).to(gl.int64)
     if unit == 0:
@@ -106,3 +102,22 @@ def rotated_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqle
     gl.store(p_codes + o_x, b_c.to(gl.float8e4nv, bitcast=True), mask=m_x)
     o_t = start + unit * UNIT + gl.arange(0, UNIT, layout=gl.SliceLayout(1, ROWS))  # [UNIT] packed rows
     gl.store(p_exps + o_t * H + h, b_e.to(gl.int8), mask=o_t < end)
+
+
+@gluon.jit
+def rotated_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_work, width, T_t, H,
+                           p_x2, p_codes2, p_codes_t2, p_exps2, cu_seqlens2, cu_seqlens_t2, p_work2, width2, T_t2, H2,
+                           num_docs, inv_sqrt_d, D: gl.constexpr, UNIT: gl.constexpr, BLOCK: gl.constexpr,
+                           HADAMARD_STAGES: gl.constexpr, T_ALIGN: gl.constexpr, PARTS: gl.constexpr,
+                           PAIR: gl.constexpr):
+    """Program ((document, unit), head), UNIT = 32 * num_warps tokens: the arguments and the
+    outputs of ``quantize._quantize_operand_kernel`` with the rotation on and the transposed
+    codes written (PAIR: heads H.. quantize the second operand); PARTS: the transposed codes
+    leave in PARTS pieces of D / PARTS head-dim rows (``_store_columns``)."""
+    h = gl.program_id(1).to(gl.int64)
+    if PAIR and h >= H:
+        _rotated_unit(p_x2, p_codes2, p_codes_t2, p_exps2, cu_seqlens2, cu_seqlens_t2, p_work2, width2, T_t2, H2,
+                      h - H, num_docs, inv_sqrt_d, D, UNIT, BLOCK, HADAMARD_STAGES, T_ALIGN, PARTS)
+    else:
+        _rotated_unit(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_work, width, T_t, H, h, num_docs,
+                      inv_sqrt_d, D, UNIT, BLOCK, HADAMARD_STAGES, T_ALIGN, PARTS)

@@ -99,3 +99,12 @@ def program_tile(p_work, width):
     ``width`` entries; document < 0: the program has no work."""
     pid = tl.program_id(0)
     return tl.load(p_work + pid), tl.load(p_work + width + pid)
+
+
+@triton.jit
+def program_tile_within(p_work, width):
+    """``program_tile`` for a launch whose grid may run past this list's ``width`` entries (a
+    launch over two lists, ``quantize.quantize_pair``): those programs have no work."""
+    pid = tl.program_id(0)
+    inside = pid < width
+    return tl.load(p_work + pid, mask=inside, other=-1), tl.load(p_work + width + pid, mask=inside, other=0)
