@@ -1,0 +1,144 @@
+"""The quantizer launches of one training call against the copy bandwidth (issue 23's target:
+70% or more), per workload and route, on one GPU.
+
+    PYTHONPATH=. python3 benchmarks/quantizer_bandwidth.py [--workloads eq8x8k,...] [--out DIR]
+
+Per launch (Q and K together, V with the key records, dO with the query records; mxfp8, and
+nvfp4 whose Q and K launch also writes the score codes): its bytes are those of every tensor
+it reads or writes (each counted once, as a launch that touched each byte once would move
+them), its time the CUDA-graphed launch alone (triton's do_bench_cudagraph, median). The copy
+time is a bf16 ``copy_`` moving as many bytes (half read, half written), timed the same way;
+the ratio is the copy's time over the launch's. The launches' outputs are first checked
+against a plain launch of each operand, so the timed path is the one that is right. Writes
+results.json, results.md and results.png under --out (default
+benchmarks/results/<date>-<gpu>-quantizers).
+"""
+import argparse
+import datetime
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+from triton.testing import do_bench_cudagraph
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's flamia
+
+from flamia.bench.workloads import WORKLOADS, make_case  # noqa: E402
+from flamia.kernels import replay  # noqa: E402
+from flamia.kernels.configs import ROUTES, tiles_for  # noqa: E402
+from flamia.kernels.plan import build_plan  # noqa: E402
+from flamia.kernels.quantize import quantize_grad_output, quantize_operand, quantize_pair  # noqa: E402
+from flamia.recipes import RECIPES  # noqa: E402
+
+
+def touched_bytes(fn) -> int:
+    """Bytes of the distinct tensors the launches of fn() take as arguments."""
+    with replay.record() as (launches, _):
+        fn()
+    seen = {}
+    for entry in launches:
+        if entry is None:
+            raise RuntimeError("a launch outside launch.py's keyed path: its arguments are unknown")
+        for value in entry[2]:
+            if isinstance(value, torch.Tensor):
+                seen[value.data_ptr()] = max(seen.get(value.data_ptr(), 0), value.numel() * value.element_size())
+    return sum(seen.values())
+
+
+def timed(fn) -> float:
+    return do_bench_cudagraph(fn, rep=200, return_mode="median")
+
+
+def copy_ms(nbytes: int, device) -> float:
+    src = torch.randn(nbytes // 4, dtype=torch.bfloat16, device=device)
+    dst = torch.empty_like(src)
+    return timed(lambda: dst.copy_(src))
+
+
+def launches_of(case, recipe: str) -> dict:
+    """name -> a function that issues that launch, and checks the Q/K launch once."""
+    i = case.inputs
+    rec = RECIPES[recipe]
+    route = ROUTES[recipe]
+    d = i.q.shape[-1]
+    rotate, block = rec.use_hadamard(d), rec.scale_block
+    tiles = tiles_for(d, route.codes)
+    plan = build_plan(i.cu_seqlens, i.cu_seqlens, i.q.shape[0], i.k.shape[0], tiles)
+    work = plan.work("q_operand")
+    scores = route.scores != route.codes
+
+    def pair():
+        return quantize_pair(i.q, i.k, i.cu_seqlens, i.cu_seqlens, block, rotate, plan.cu_qt, plan.cu_kt, work, work,
+                             route.codes, scores)
+
+    qq, kq = pair()
+    for got, x in ((qq, i.q), (kq, i.k)):
+        plain = quantize_operand(x, i.cu_seqlens, block, rotate, True, plan.cu_qt, work, fmt=route.codes)
+        assert torch.equal(got.exps, plain.exps) and torch.equal(got.codes_t.view(torch.uint8),
+                                                                 plain.codes_t.view(torch.uint8))
+    heads, total = i.q.shape[1], i.q.shape[0]
+    ro = torch.rand(heads, total, device=i.q.device)
+    pv = torch.zeros(total, i.k.shape[1], dtype=torch.int32, device=i.q.device)
+    m = torch.zeros(heads, total, device=i.q.device)
+    return {
+        "q+k": pair,
+        "v": lambda: quantize_operand(i.v, i.cu_seqlens, block, False, True, plan.cu_kt, work, key_exps=kq.exps,
+                                      fmt=route.codes),
+        "do": lambda: quantize_grad_output(i.do, i.q, ro, i.cu_seqlens, block, tiles.bwd_block_m, plan.cu_qt,
+                                           plan.work("grad_out"), q_exps=qq.exps, pv=pv, m=m,
+                                           sigma=rec.sigma, fmt=route.codes),
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workloads", default="eq8x8k,skew8k+224x256,logu29-64k,eq4x4k")
+    parser.add_argument("--recipes", default="mxfp8,nvfp4")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    device = torch.device("cuda")
+    gpu = torch.cuda.get_device_name(device)
+    out = Path(args.out or f"benchmarks/results/{datetime.date.today()}-{gpu.split()[-1].lower()}-quantizers")
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name in args.workloads.split(","):
+        case = make_case(WORKLOADS[name], device)
+        for recipe in args.recipes.split(","):
+            for launch, fn in launches_of(case, recipe).items():
+                nbytes = touched_bytes(fn)
+                ms, copy = timed(fn), copy_ms(nbytes, device)
+                rows.append(dict(workload=name, recipe=recipe, launch=launch, bytes=nbytes, ms=ms, copy_ms=copy,
+                                 tb_per_s=nbytes / ms / 1e9, of_copy=copy / ms))
+                print(f"{name:16s} {recipe:6s} {launch:4s} {nbytes / 1e6:8.1f} MB {ms:7.4f} ms "
+                      f"{nbytes / ms / 1e9:5.2f} TB/s  {copy / ms:5.1%} of copy", flush=True)
+    meta = dict(gpu=gpu, torch=torch.__version__, when=datetime.datetime.now(datetime.timezone.utc).isoformat(),
+                checkout=os.popen("git rev-parse --short HEAD 2>/dev/null").read().strip())
+    (out / "results.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
+    lines = [f"# Quantizer launches against the copy bandwidth ({gpu}, {meta['when'][:16]} UTC, {meta['checkout']})",
+             "", "| workload | recipe | launch | MB | ms | TB/s | of copy |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['workload']} | {r['recipe']} | {r['launch']} | {r['bytes'] / 1e6:.1f} | {r['ms']:.4f} | "
+              f"{r['tb_per_s']:.2f} | {r['of_copy']:.0%} |" for r in rows]
+    (out / "results.md").write_text("\n".join(lines) + "\n")
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(10, 4))
+        labels = [f"{r['workload']}\n{r['recipe']} {r['launch']}" for r in rows]
+        ax.bar(range(len(rows)), [100 * r["of_copy"] for r in rows])
+        ax.axhline(70, color="red", linestyle="--", label="target 70%")
+        ax.set_xticks(range(len(rows)), labels, rotation=90, fontsize=6)
+        ax.set_ylabel("% of copy bandwidth")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "results.png", dpi=120)
+    except ImportError:
+        print("matplotlib missing: no results.png")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
