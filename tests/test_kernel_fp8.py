@@ -7,7 +7,7 @@ import torch
 import triton
 import triton.language as tl
 
-from flamia.kernels.fp8 import e4m3_grid, interpreting
+from flamia.kernels.fp8 import e4m3_grid, interpreting, round_bf16
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 BLOCK = 1024
@@ -59,3 +59,22 @@ def test_e4m3_grid_ptx_round_trip_matches_on_gpu():
     g = torch.Generator().manual_seed(1)
     many = torch.randn(1 << 20, generator=g) * 2.0 ** torch.randint(-14, 7, (1 << 20,), generator=g).float()
     _assert_rounds_like_torch(torch.cat([_values(), many.clamp(-448, 448)]))
+
+
+@triton.jit
+def _bf16_grid_kernel(p_x, p_y, n, BLOCK: tl.constexpr):
+    o = tl.arange(0, BLOCK)
+    tl.store(p_y + o, round_bf16(tl.load(p_x + o, mask=o < n)), mask=o < n)
+
+
+def test_round_bf16_keeps_every_nan_and_rounds_like_torch():
+    """NaNs of every payload stay NaN (the GPU's own NaN, 0x7FFFFFFF, once rounded to -0 and
+    hid a poisoned row's P from dV), and finite values round as torch's bf16 cast does."""
+    nan_bits = torch.tensor([0x7FFFFFFF, 0x7FC00000, 0x7F800001, 0x7FFF8000, -1, -0x400000], dtype=torch.int32)
+    x = torch.cat([nan_bits.view(torch.float32), _values()]).to(DEVICE)
+    y = torch.empty_like(x)
+    _bf16_grid_kernel[(1,)](x, y, x.numel(), BLOCK=triton.next_power_of_2(x.numel()))
+    assert torch.isnan(y[:nan_bits.numel()]).all()
+    finite = x[nan_bits.numel():]
+    keep = torch.isfinite(finite)
+    assert torch.equal(y[nan_bits.numel():][keep], finite[keep].to(torch.bfloat16).float())

@@ -47,15 +47,15 @@ def poison(inputs: PackedInputs, operand: str, value: float) -> PackedInputs:
     return inputs.with_(**{operand: x})
 
 
-def run(inputs: PackedInputs, causal: bool, backend: str) -> dict[str, torch.Tensor]:
+def run(inputs: PackedInputs, causal: bool, backend: str, recipe: str = "mxfp8") -> dict[str, torch.Tensor]:
     """Name -> tensor with the token on axis 0 (LSE as [T, Hq])."""
-    return training_call(as_attention("mxfp8", backend), inputs, causal).by_name()
+    return training_call(as_attention(recipe, backend), inputs, causal).by_name()
 
 
-def clean_run(key, inputs: PackedInputs, causal: bool, backend: str) -> dict[str, torch.Tensor]:
-    if (key, causal, backend) not in _clean_runs:
-        _clean_runs[(key, causal, backend)] = run(inputs, causal, backend)
-    return _clean_runs[(key, causal, backend)]
+def clean_run(key, inputs: PackedInputs, causal: bool, backend: str, recipe: str = "mxfp8") -> dict[str, torch.Tensor]:
+    if (key, causal, backend, recipe) not in _clean_runs:
+        _clean_runs[(key, causal, backend, recipe)] = run(inputs, causal, backend, recipe)
+    return _clean_runs[(key, causal, backend, recipe)]
 
 
 def assert_isolated(clean: dict, poisoned: dict, inputs: PackedInputs, what: str) -> None:
@@ -85,12 +85,13 @@ def expected_nonfinite(operand: str) -> set[str]:
     return names
 
 
-def check(layout, operand, value, causal, backend, heads, head_dim, device) -> tuple[dict, PackedInputs]:
+def check(layout, operand, value, causal, backend, heads, head_dim, device,
+          recipe: str = "mxfp8") -> tuple[dict, PackedInputs]:
     inputs = inputs_for(layout, heads, head_dim, device)
-    clean = clean_run((layout, heads, head_dim, device), inputs, causal, backend)
+    clean = clean_run((layout, heads, head_dim, device), inputs, causal, backend, recipe)
     bad = poison(inputs, operand, VALUES[value])
-    poisoned = run(bad, causal, backend)
-    what = f"{backend}, {value} in {operand} of document {POISONED_DOC}"
+    poisoned = run(bad, causal, backend, recipe)
+    what = f"{backend} {recipe}, {value} in {operand} of document {POISONED_DOC}"
     assert_isolated(clean, poisoned, inputs, what)
     got = nonfinite_in_poisoned_doc(poisoned, inputs)
     missing = expected_nonfinite(operand) - got
@@ -120,3 +121,15 @@ def test_nonfinite_stays_in_its_document_triton(layout, operand, value, causal, 
     got = nonfinite_in_poisoned_doc(poisoned, bad)
     assert want <= got, f"{value} in {operand}: the emulator's poisoned document has non-finite {sorted(want)}, " \
                         f"the kernels' only {sorted(got)}"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("recipe", ["nvfp4", "bf16"])
+@pytest.mark.parametrize("value", list(VALUES))
+@pytest.mark.parametrize("operand", OPERANDS)
+def test_nonfinite_stays_in_its_document_other_routes(operand, value, recipe):
+    """The mixed NVFP4 and the BF16 kernels: isolation, and the non-finite results the
+    arithmetic gives (the docstring). The emulator is no oracle here: its NVFP4 quantizer
+    refuses a non-finite row."""
+    check("odd", operand, value, True, "triton", heads=(4, 2), head_dim=128, device="cuda", recipe=recipe)

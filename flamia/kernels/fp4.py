@@ -11,7 +11,7 @@ from ..formats.e2m1 import E2M1_MAX
 from ..formats.nvfp4 import NVFP4_G_SHIFT, NVFP4_GROUP
 from .fp8 import pow2
 
-_GROUP = tl.constexpr(NVFP4_GROUP)
+GROUP = tl.constexpr(NVFP4_GROUP)  # NVFP4 elements per scale, as a kernel constant
 _E2M1_MAX = tl.constexpr(E2M1_MAX)
 _G_SHIFT = tl.constexpr(NVFP4_G_SHIFT)
 
@@ -99,7 +99,7 @@ def nvfp4_groups(b_x, b_e, D: tl.constexpr):
     [U, D] fp32, 0 in a group whose s * g is 0). A non-finite x gives its row NaN scales."""
     U: tl.constexpr = b_x.shape[0]
     b_g = pow2(b_e - _G_SHIFT)[:, None]  # [U, 1]
-    b_groups = tl.reshape(b_x, [U, D // _GROUP, _GROUP])
+    b_groups = tl.reshape(b_x, [U, D // GROUP, GROUP])
     b_amax16 = tl.max(tl.abs(b_groups), axis=2)  # [U, D / 16]
     # x * 0 is 0, or NaN for a non-finite x (tl.max drops NaNs on the GPU): NaN scales carry it
     b_s = _group_scales(b_amax16, b_g) + tl.sum(b_x * 0.0, axis=1)[:, None]  # [U, D / 16]
@@ -119,5 +119,5 @@ def score_codes(b_x, b_e, D: tl.constexpr):
     # the sign as a bit: a negation may compile to 0 - x, which drops the sign of a zero
     sign = (b_scaled < 0).to(tl.int32) << 31
     b_r = (round_e2m1(tl.abs(b_scaled)).to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)
-    b_v = tl.reshape(b_r, [U, D // _GROUP, _GROUP]) * (b_s * 0.25)[:, :, None]
+    b_v = tl.reshape(b_r, [U, D // GROUP, GROUP]) * (b_s * 0.25)[:, :, None]
     return tl.reshape(b_v, [U, D])

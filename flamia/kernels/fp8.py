@@ -193,10 +193,11 @@ def to_output(x, DTYPE: tl.constexpr, INTERPRET: tl.constexpr):
 @triton.jit
 def round_bf16(x):
     """fp32 -> fp32 on the BF16 grid, round to nearest even, on the bits (exact for every
-    value: subnormals, overflow to inf, NaN stays NaN)."""
+    value: subnormals, overflow to inf). A NaN is kept as it is: the rounding carry of a NaN
+    with a full payload (the GPU's 0x7FFFFFFF) would wrap into the sign bit and make it -0."""
     bits = x.to(tl.int32, bitcast=True)
     bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
-    return bits.to(tl.float32, bitcast=True)
+    return tl.where(x == x, bits.to(tl.float32, bitcast=True), x)
 
 
 @triton.jit

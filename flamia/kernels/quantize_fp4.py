@@ -32,7 +32,7 @@ import triton.language as tl
 from ..formats.hadamard import HADAMARD_DIMS
 from ..formats.nvfp4 import NVFP4_GROUP
 from .configs import QUANTIZER
-from .fp4 import e2m1_codes, nvfp4_groups, pack_e2m1
+from .fp4 import GROUP, e2m1_codes, nvfp4_groups, pack_e2m1
 from .fp8 import E4M3_EQ, E4M3_MQ, interpreting, scale_exponent, to_e4m3, to_fp32
 from .hadamard import rotate
 from .launch import launch
@@ -69,7 +69,7 @@ def _quantize_nvfp4_kernel(p_x, p_codes, p_scales, p_exps, cu_seqlens, p_work, w
     b_s, b_scaled = nvfp4_groups(b_x, b_e, D)  # [UNIT, D / 16], [UNIT, D]
     tl.store(p_codes + _row_offsets(o_t, h, H, D // 2), pack_e2m1(e2m1_codes(b_scaled)), mask=m_t[:, None])
     # the scales are E4M3 values already: the conversion is exact
-    tl.store(p_scales + _row_offsets(o_t, h, H, D // NVFP4_GROUP), to_e4m3(b_s, INTERPRET), mask=m_t[:, None])
+    tl.store(p_scales + _row_offsets(o_t, h, H, D // GROUP), to_e4m3(b_s, INTERPRET), mask=m_t[:, None])
     tl.store(p_exps + o_t * H + h, b_e.to(tl.int8), mask=m_t)
 
 
