@@ -18,6 +18,7 @@ The torch reference these match bit for bit is ``flamia/reference/operands.py``.
 """
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import triton
@@ -262,15 +263,20 @@ def _check_divisor(n: int, of: int, name: str) -> None:
         raise ValueError(f"{name}: must be a power of two dividing {of}, got {n}")
 
 
-def _units(cu_seqlens: torch.Tensor, total: int, unit: int, heads: int,
-           work: torch.Tensor | None = None) -> tuple[tuple[int, int], dict]:
-    """The grid (W, heads) and the kernels' work arguments: ``work`` if given, else built
-    (``worklist.tile_list``, every document with a unit 0); no host sync."""
-    num_docs = cu_seqlens.numel() - 1
+def _work_list(cu_seqlens: torch.Tensor, total: int, unit: int, work: torch.Tensor | None = None) -> torch.Tensor:
+    """``work`` checked, or built when None (``worklist.tile_list`` of units of ``unit``
+    tokens, every document with a unit 0); no host sync."""
     if work is None:
         work = tile_list(cu_seqlens, total, unit, reverse=False, empty_docs=True)
-    check_operand("work", work, torch.int32, (2, list_extent(total, num_docs, unit)))
-    return (work.shape[1], heads), dict(p_work=work, width=work.shape[1], num_docs=num_docs)
+    check_operand("work", work, torch.int32, (2, list_extent(total, cu_seqlens.numel() - 1, unit)))
+    return work
+
+
+def _units(cu_seqlens: torch.Tensor, total: int, unit: int, heads: int,
+           work: torch.Tensor | None = None) -> tuple[tuple[int, int], dict]:
+    """The grid (W, heads) and the kernels' work arguments (``_work_list``)."""
+    work = _work_list(cu_seqlens, total, unit, work)
+    return (work.shape[1], heads), dict(p_work=work, width=work.shape[1], num_docs=cu_seqlens.numel() - 1)
 
 
 def _transposed_codes(heads: int, d: int, total: int, cu_seqlens: torch.Tensor, fmt: OperandFormat) -> torch.Tensor:
@@ -281,45 +287,62 @@ def _transposed_codes(heads: int, d: int, total: int, cu_seqlens: torch.Tensor, 
     return alloc(shape, dtype=fmt.torch_dtype, device=cu_seqlens.device)
 
 
-def _operand_outputs(x: torch.Tensor, cu_seqlens: torch.Tensor, transposed: bool, cu_seqlens_t: torch.Tensor | None,
-                     fmt: OperandFormat, row_dtype: torch.dtype) -> tuple:
-    """(codes [T, H, D] row_dtype, codes_t [H, D, T_t] or None, exps [T, H] int8, its
-    cu_seqlens_t or None), uninitialised."""
-    total, heads, d = x.shape
-    codes = torch.empty((total, heads, d), dtype=row_dtype, device=x.device)
-    codes_t, cu_t = None, None
-    if transposed:
-        cu_t = aligned_starts(cu_seqlens) if cu_seqlens_t is None else cu_seqlens_t
-        codes_t = _transposed_codes(heads, d, total, cu_seqlens, fmt)
-    return codes, codes_t, torch.empty((total, heads), dtype=torch.int8, device=x.device), cu_t
+class _Side(NamedTuple):
+    """One operand of a quantizer launch: its input x [T, H, D], document starts, the outputs
+    (uninitialised until the launch) and its work list (None without tokens)."""
+
+    x: torch.Tensor
+    cu_seqlens: torch.Tensor
+    codes: torch.Tensor
+    codes_t: torch.Tensor | None
+    exps: torch.Tensor
+    cu_seqlens_t: torch.Tensor | None
+    work: torch.Tensor | None
+
+    @classmethod
+    def allocate(cls, x: torch.Tensor, cu_seqlens: torch.Tensor, transposed: bool, cu_seqlens_t: torch.Tensor | None,
+                 work: torch.Tensor | None, fmt: OperandFormat, row_dtype: torch.dtype) -> "_Side":
+        """Row codes in row_dtype, transposed codes in fmt (when ``transposed``), exponents."""
+        total, heads, d = x.shape
+        codes_t, cu_t = None, None
+        if transposed:
+            cu_t = aligned_starts(cu_seqlens) if cu_seqlens_t is None else cu_seqlens_t
+            codes_t = _transposed_codes(heads, d, total, cu_seqlens, fmt)
+        if total:
+            work = _work_list(cu_seqlens, total, QUANTIZER.operand_unit, work)
+        return cls(x, cu_seqlens, torch.empty((total, heads, d), dtype=row_dtype, device=x.device), codes_t,
+                   torch.empty((total, heads), dtype=torch.int8, device=x.device), cu_t, work)
+
+    def kernel_args(self) -> list:
+        """The kernel's ten arguments of one operand, p_x .. H."""
+        t_t = 0 if self.codes_t is None else self.codes_t.shape[2]
+        return [self.x, self.codes, self.codes_t, self.exps, self.cu_seqlens, self.cu_seqlens_t, self.work,
+                self.work.shape[1], t_t, self.x.shape[1]]
+
+    def operand(self, key_rec: torch.Tensor | None = None) -> KernelOperand:
+        return KernelOperand(self.codes, self.codes_t, self.exps, self.cu_seqlens_t, self.work, key_rec)
 
 
-def _launch_operands(sides: list, block: int, hadamard: bool, transposed: bool, fmt: OperandFormat,
+def _launch_operands(sides: list[_Side], block: int, hadamard: bool, transposed: bool, fmt: OperandFormat,
                      scores: bool = False, key_exps: torch.Tensor | None = None,
                      key_rec: torch.Tensor | None = None) -> None:
-    """One launch over one or two operands; sides: (x, cu_seqlens, (codes, codes_t, exps,
-    cu_seqlens_t), work) each, every x with tokens, one head dim and one dtype."""
-    unit = QUANTIZER.operand_unit
-    args, grid = [], [0, 0]
-    for x, cu_seqlens, (codes, codes_t, exps, cu_t), work in sides:
-        total, heads, _ = x.shape
-        (width, _), work_args = _units(cu_seqlens, total, unit, heads, work)
-        args += [x, codes, codes_t, exps, cu_seqlens, cu_t, work_args["p_work"], width,
-                 0 if codes_t is None else codes_t.shape[2], heads]
-        grid = [max(grid[0], width), grid[1] + heads]
+    """One launch over one or two operands (each with tokens; one head dim and one dtype)."""
+    args = [arg for side in sides for arg in side.kernel_args()]
     pair = len(sides) == 2
     args += [None] * 10 * (not pair)
-    d = sides[0][0].shape[2]
-    common = dict(num_docs=sides[0][1].numel() - 1, inv_sqrt_d=1.0 / math.sqrt(d), D=d, UNIT=unit, BLOCK=block,
-                  HADAMARD_STAGES=d.bit_length() - 1 if hadamard else 0, T_ALIGN=T_ALIGN, PAIR=pair)
+    grid = (max(side.work.shape[1] for side in sides), sum(side.x.shape[1] for side in sides))
+    d = sides[0].x.shape[2]
+    common = dict(num_docs=sides[0].cu_seqlens.numel() - 1, inv_sqrt_d=1.0 / math.sqrt(d), D=d,
+                  UNIT=QUANTIZER.operand_unit, BLOCK=block, HADAMARD_STAGES=d.bit_length() - 1 if hadamard else 0,
+                  T_ALIGN=T_ALIGN, PAIR=pair)
     if hadamard and transposed and key_exps is None and not scores and not interpreting():
         # a token row per thread, so the butterflies stay in registers (rotated_quantizer.py)
-        launch(rotated_operand_kernel, tuple(grid), *args, **common, PARTS=QUANTIZER.transposed_parts,
+        launch(rotated_operand_kernel, grid, *args, **common, PARTS=QUANTIZER.transposed_parts,
                num_warps=QUANTIZER.rotated_warps)
         return
     warps = QUANTIZER.nvfp4_warps if scores else QUANTIZER.rotated_warps if hadamard else QUANTIZER.plain_warps
-    launch(_quantize_operand_kernel, tuple(grid), *args, **common, p_key_exps=key_exps, p_key_rec=key_rec,
-           T=sides[0][0].shape[0], TRANSPOSED=transposed, KEY_REC=key_exps is not None, SCORES=scores,
+    launch(_quantize_operand_kernel, grid, *args, **common, p_key_exps=key_exps, p_key_rec=key_rec,
+           T=sides[0].x.shape[0], TRANSPOSED=transposed, KEY_REC=key_exps is not None, SCORES=scores,
            CODES=fmt.codes, INTERPRET=interpreting(), num_warps=warps)
 
 
@@ -348,18 +371,14 @@ def quantize_operand(x: torch.Tensor, cu_seqlens: torch.Tensor, block: int = 32,
     (the BF16 format has no rotated launch)."""
     _check_options(x, block, hadamard, fmt)
     total, heads, _ = x.shape
-    outputs = _operand_outputs(x, cu_seqlens, transposed, cu_seqlens_t, fmt, fmt.torch_dtype)
+    side = _Side.allocate(x, cu_seqlens, transposed, cu_seqlens_t, work, fmt, fmt.torch_dtype)
     key_rec = None
     if key_exps is not None:
         check_operand("key_exps", key_exps, torch.int8, (total, heads))
         key_rec = torch.empty((heads, total), dtype=torch.int32, device=x.device)
     if total:
-        if work is None:
-            work = tile_list(cu_seqlens, total, QUANTIZER.operand_unit, reverse=False, empty_docs=True)
-        _launch_operands([(x, cu_seqlens, outputs, work)], block, hadamard, transposed, fmt, key_exps=key_exps,
-                         key_rec=key_rec)
-    codes, codes_t, exps, cu_t = outputs
-    return KernelOperand(codes, codes_t, exps, cu_t, work, key_rec)
+        _launch_operands([side], block, hadamard, transposed, fmt, key_exps=key_exps, key_rec=key_rec)
+    return side.operand(key_rec)
 
 
 def quantize_pair(q: torch.Tensor, k: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
@@ -380,15 +399,12 @@ def quantize_pair(q: torch.Tensor, k: torch.Tensor, cu_seqlens_q: torch.Tensor, 
     if scores and fmt != E4M3:
         raise ValueError(f"scores: the mixed NVFP4 route's transposed codes are E4M3, got the {fmt.name} format")
     row_dtype = torch.bfloat16 if scores else fmt.torch_dtype
-    sides = []
-    for x, cu, cu_t, work in ((q, cu_seqlens_q, cu_seqlens_qt, q_work), (k, cu_seqlens_k, cu_seqlens_kt, k_work)):
-        if work is None and x.shape[0]:
-            work = tile_list(cu, x.shape[0], QUANTIZER.operand_unit, reverse=False, empty_docs=True)
-        sides.append((x, cu, _operand_outputs(x, cu, True, cu_t, fmt, row_dtype), work))
-    with_tokens = [side for side in sides if side[0].shape[0]]
+    sides = [_Side.allocate(q, cu_seqlens_q, True, cu_seqlens_qt, q_work, fmt, row_dtype),
+             _Side.allocate(k, cu_seqlens_k, True, cu_seqlens_kt, k_work, fmt, row_dtype)]
+    with_tokens = [side for side in sides if side.x.shape[0]]
     for group in ([with_tokens] if len(with_tokens) == 2 else [[side] for side in with_tokens]):
         _launch_operands(group, block, hadamard, True, fmt, scores)
-    return tuple(KernelOperand(*outputs, work) for _, _, outputs, work in sides)
+    return sides[0].operand(), sides[1].operand()
 
 
 def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu_seqlens: torch.Tensor,
