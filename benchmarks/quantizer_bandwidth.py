@@ -6,25 +6,26 @@
 Per launch (Q and K together, V with the key records, dO with the query records; mxfp8, and
 nvfp4 whose Q and K launch also writes the score codes): its bytes are those of every tensor
 it reads or writes (each counted once, as a launch that touched each byte once would move
-them), its time the CUDA-graphed launch alone (triton's do_bench_cudagraph, median). The copy
-time is a bf16 ``copy_`` moving as many bytes (half read, half written), timed the same way;
+them), its time the CUDA-graphed launch alone (``flamia.bench.timing``'s graph and clock,
+median of 3 samples of 200 replays). The copy time is a bf16 ``copy_`` moving as many bytes
+(half read, half written), timed the same way;
 the ratio is the copy's time over the launch's. The launches' outputs are first checked
 against a plain launch of each operand, so the timed path is the one that is right. Writes
 results.json, results.md and results.png under --out (default
 benchmarks/results/<date>-<gpu>-quantizers).
 """
 import argparse
-import datetime
 import json
-import os
+import statistics
 import sys
 from pathlib import Path
 
 import torch
-from triton.testing import do_bench_cudagraph
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's flamia
 
+from flamia.bench.environment import header, results_dirname  # noqa: E402
+from flamia.bench.timing import capture_graph, cuda_clock  # noqa: E402
 from flamia.bench.workloads import WORKLOADS, make_case  # noqa: E402
 from flamia.kernels import replay  # noqa: E402
 from flamia.kernels.configs import ROUTES, tiles_for  # noqa: E402
@@ -48,7 +49,9 @@ def touched_bytes(fn) -> int:
 
 
 def timed(fn) -> float:
-    return do_bench_cudagraph(fn, rep=200, return_mode="median")
+    """ms per call of fn captured in a CUDA graph (on the caller's side stream)."""
+    graph = capture_graph(fn)
+    return statistics.median(cuda_clock(graph, 200) for _ in range(3))
 
 
 def copy_ms(nbytes: int, device) -> float:
@@ -99,9 +102,12 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     device = torch.device("cuda")
-    gpu = torch.cuda.get_device_name(device)
-    out = Path(args.out or f"benchmarks/results/{datetime.date.today()}-{gpu.split()[-1].lower()}-quantizers")
+    head = header("cuda", sys.argv[1:] if argv is None else argv, {"clock": "CUDA graph, median of 3 x 200"},
+                  {name: WORKLOADS[name].lengths for name in args.workloads.split(",")})
+    head["command"] = " ".join(["python3 benchmarks/quantizer_bandwidth.py", *(sys.argv[1:] if argv is None else argv)])
+    out = Path(args.out or f"benchmarks/results/{results_dirname(head)}-quantizers")
     out.mkdir(parents=True, exist_ok=True)
+    torch.cuda.set_stream(torch.cuda.Stream())  # graphs cannot capture the default stream
     rows = []
     for name in args.workloads.split(","):
         case = make_case(WORKLOADS[name], device)
@@ -113,11 +119,9 @@ def main(argv=None) -> int:
                                  tb_per_s=nbytes / ms / 1e9, of_copy=copy / ms))
                 print(f"{name:16s} {recipe:6s} {launch:4s} {nbytes / 1e6:8.1f} MB {ms:7.4f} ms "
                       f"{nbytes / ms / 1e9:5.2f} TB/s  {copy / ms:5.1%} of copy", flush=True)
-    meta = dict(gpu=gpu, torch=torch.__version__, when=datetime.datetime.now(datetime.timezone.utc).isoformat(),
-                checkout=os.popen("git rev-parse --short HEAD 2>/dev/null").read().strip())
-    (out / "results.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
-    lines = [f"# Quantizer launches against the copy bandwidth ({gpu}, {meta['when'][:16]} UTC, {meta['checkout']})",
-             "", "| workload | recipe | launch | MB | ms | TB/s | of copy |", "|---|---|---|---|---|---|---|"]
+    (out / "results.json").write_text(json.dumps(dict(header=head, rows=rows), indent=1))
+    lines = [f"# Quantizer launches against the copy bandwidth ({head['device']}, {head['date']})", "",
+             "| workload | recipe | launch | MB | ms | TB/s | of copy |", "|---|---|---|---|---|---|---|"]
     lines += [f"| {r['workload']} | {r['recipe']} | {r['launch']} | {r['bytes'] / 1e6:.1f} | {r['ms']:.4f} | "
               f"{r['tb_per_s']:.2f} | {r['of_copy']:.0%} |" for r in rows]
     (out / "results.md").write_text("\n".join(lines) + "\n")
