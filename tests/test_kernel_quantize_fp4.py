@@ -234,7 +234,8 @@ def _assert_score_codes_match(lengths, heads, d, block, hadamard, seed):
     q, k = _rows(lengths, heads, d, seed=seed), _rows(lengths, heads, d, seed=seed + 1)
     for x, got in zip((q, k), quantize_pair(q, k, cu, cu, block, hadamard, scores=True)):
         plain = quantize_operand(x, cu, block, hadamard)
-        assert torch.equal(got.exps, plain.exps) and torch.equal(got.codes_t.view(torch.uint8), plain.codes_t.view(torch.uint8))
+        assert torch.equal(got.exps, plain.exps)
+        assert torch.equal(got.codes_t.view(torch.uint8), plain.codes_t.view(torch.uint8))
         ref_exps = reference_operand(x.cpu(), cu.cpu(), max(lengths), block, hadamard).exps
         assert torch.equal(got.exps.int().cpu(), ref_exps)
         want = nvfp4_operand(x.cpu(), rotate=hadamard, exps=ref_exps)

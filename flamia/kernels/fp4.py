@@ -1,8 +1,8 @@
 """Triton helpers of the 4-bit formats (NUMERICS.md 1 and 6): E2M1 codes, the E4M3 grid
-rounded up, two codes per byte, NVFP4's group scales and the mixed route's score codes. Each is exact in fp32 arithmetic on the values' bits (exact
-powers of two, the 1.5 * 2^23 round-to-integer), so it runs the same on the GPU and under
-the interpreter and equals ``flamia.formats`` (``e2m1_codes``, ``nvfp4.e4m3_round_up``,
-``pack_e2m1``) bit for bit.
+rounded up, two codes per byte, NVFP4's group scales and the mixed route's score codes. Each
+is exact in fp32 arithmetic on the values' bits (exact powers of two, the 1.5 * 2^23
+round-to-integer), so it runs the same on the GPU and under the interpreter and equals
+``flamia.formats`` (``e2m1_codes``, ``nvfp4.e4m3_round_up``, ``pack_e2m1``) bit for bit.
 """
 import triton
 import triton.language as tl
