@@ -63,11 +63,12 @@ def test_rotated_quantizer_butterflies_stay_in_registers(tmp_path):
     """The Gluon Q/K launch holds a token row per thread: each of the 7 butterfly stages of a
     128-wide row is one FADD per element in the thread (896 in all), and the only exchange
     between threads is the 32-row block maximum (5 butterfly shuffles); nothing spills. The
-    launch quantizes Q and K (PAIR), and each operand's branch has its own copy of that code."""
+    launch quantizes Q and K (PAIR): Triton 3.6 gives each operand's branch its own copy of
+    that code, newer Tritons share one copy between the branches."""
     out = tmp_path / "sass.json"
     assert sass_offline.main(["--workload", "logu11-16k", "--kernels", "^rotated_operand_kernel$",
                               "--out", str(out)]) == 0
     (r,) = json.loads(out.read_text())["kernels"].values()
-    operands = 2
-    assert r["opcodes"]["FADD"] == operands * 7 * 128 and r["opcodes"].get("SHFL", 0) <= operands * 5, r["opcodes"]
+    copies, rest = divmod(r["opcodes"]["FADD"], 7 * 128)
+    assert rest == 0 and copies in (1, 2) and r["opcodes"].get("SHFL", 0) <= copies * 5, r["opcodes"]
     assert r["LDL/STL"] == 0
