@@ -40,7 +40,7 @@ def _rows(lengths, heads: int, d: int, seed: int, dtype=torch.bfloat16) -> torch
     return x.to(device=DEVICE, dtype=dtype)
 
 
-def _ro(lengths, heads: int, seed: int) -> torch.Tensor:
+def row_factors(lengths, heads: int, seed: int) -> torch.Tensor:
     """[H, T] fp32 row factors over 40 binades, 0 (an invalid row) on every 7th token."""
     g = torch.Generator().manual_seed(seed)
     total = sum(lengths)
@@ -140,7 +140,7 @@ def _assert_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu:
 @pytest.mark.parametrize("block", [32, 1])
 @pytest.mark.parametrize("d", [64, 128])
 def test_grad_output_matches_reference(d, block):
-    do, o, ro = _rows(LENGTHS, HEADS, d, seed=d), _rows(LENGTHS, HEADS, d, seed=d + 1), _ro(LENGTHS, HEADS, seed=d)
+    do, o, ro = _rows(LENGTHS, HEADS, d, seed=d), _rows(LENGTHS, HEADS, d, seed=d + 1), row_factors(LENGTHS, HEADS, seed=d)
     _assert_grad_output(do, o, ro, _cu_seqlens(LENGTHS), max(LENGTHS), block)
 
 
@@ -181,7 +181,7 @@ def test_transposed_gaps_are_zero(monkeypatch, hadamard):
     cu, d = _cu_seqlens(LENGTHS), 64
     x = _rows(LENGTHS, HEADS, d, seed=11)
     op = quantize_operand(x, cu, 32, hadamard)
-    go = quantize_grad_output(x, x, _ro(LENGTHS, HEADS, seed=11), cu, 32, STEP)
+    go = quantize_grad_output(x, x, row_factors(LENGTHS, HEADS, seed=11), cu, 32, STEP)
     for codes_t, cu_t in ((op.codes_t, op.cu_seqlens_t), (go.dot_codes_t, go.cu_seqlens_t)):
         outside = torch.ones(codes_t.shape[2], dtype=torch.bool)
         for start, length in zip(cu_t.tolist(), LENGTHS):
@@ -216,7 +216,7 @@ def test_real_size_matches_reference_on_gpu():
     x = _rows(lengths, heads, d, seed=7)
     for block in (32, 1):
         _assert_operand(x, cu, max(lengths), block, hadamard=True)
-    _assert_grad_output(x, _rows(lengths, heads, d, seed=8), _ro(lengths, heads, seed=9), cu, max(lengths), 32)
+    _assert_grad_output(x, _rows(lengths, heads, d, seed=8), row_factors(lengths, heads, seed=9), cu, max(lengths), 32)
 
 
 @pytest.mark.parametrize("unit, warps", [(32, 2), (48, 1), (1024, 1)])
@@ -267,7 +267,7 @@ def test_bf16_operand_has_no_rotation():
 def test_bf16_grad_output_matches_emulator(d):
     """dO^ = bf16(dO), dOt^ = bf16(dO ro) in the transposed layout, exponents 0, bit for bit
     the emulator's; D within fp32 summation-order noise."""
-    do, o, ro = _rows(LENGTHS, HEADS, d, seed=d), _rows(LENGTHS, HEADS, d, seed=d + 1), _ro(LENGTHS, HEADS, seed=d)
+    do, o, ro = _rows(LENGTHS, HEADS, d, seed=d), _rows(LENGTHS, HEADS, d, seed=d + 1), row_factors(LENGTHS, HEADS, seed=d)
     cu = _cu_seqlens(LENGTHS)
     got = quantize_grad_output(do, o, ro, cu, 32, STEP, fmt=BF16)
     want = Bf16Numerics(RECIPES["bf16"], d).grad_output(do, o, ro, cu, max(LENGTHS), STEP)

@@ -9,9 +9,14 @@ import triton.language as tl
 
 from ..formats.e2m1 import E2M1_MAX
 from ..formats.nvfp4 import NVFP4_G_SHIFT, NVFP4_GROUP
-from .fp8 import pow2
+from ..reference.operands_fp4 import TOKEN_GROUP
+from .fp8 import pow2, scale_exponent
 
 GROUP = tl.constexpr(NVFP4_GROUP)  # NVFP4 elements per scale, as a kernel constant
+E2M1_EQ = tl.constexpr(2)  # 6 = (1 + 0x400000 / 2^23) * 2^2: scale_exponent's qmax for E2M1
+E2M1_MQ = tl.constexpr(0x400000)
+TOKENS = tl.constexpr(TOKEN_GROUP)  # tokens of one document per scale along a token contraction (G too)
+_U24 = tl.constexpr(2.0 ** -24)
 _E2M1_MAX = tl.constexpr(E2M1_MAX)
 _G_SHIFT = tl.constexpr(NVFP4_G_SHIFT)
 
@@ -69,6 +74,66 @@ def round_e2m1(x):
     b = x.to(tl.int32, bitcast=True)
     r1 = ((b + 0x1FFFFF + ((b >> 22) & 1)) & -0x400000).to(tl.float32, bitcast=True)
     return tl.where(x < 1.0, (x + _HALF_STEPS) - _HALF_STEPS, r1)
+
+
+@triton.jit
+def _with_sign(mag, y):
+    """mag (fp32 >= 0) with y's sign as a bit (a negation may compile to 0 - x, which drops
+    the sign of a zero), and y itself where y is NaN."""
+    sign = (y < 0).to(tl.int32) << 31
+    return tl.where(y == y, (mag.to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True), y)
+
+
+@triton.jit
+def round_e2m1_signed(y):
+    """fp32 y, |y| <= 6 or NaN -> fp32 on the E2M1 grid, nearest, ties to even, the sign kept
+    (a negative value that rounds to zero stays -0) and a NaN kept (``round_e2m1`` alone may
+    carry a NaN's payload into the sign bit and return -0)."""
+    return _with_sign(round_e2m1(tl.abs(y)), y)
+
+
+@triton.jit
+def round_e2m1_stochastic(y, word):
+    """fp32 y, |y| <= 6 or NaN -> the E2M1 grid stochastically (``formats.e2m1``'s
+    ``round_to_e2m1_stochastic``): |y| between grid neighbours lo < hi goes to hi iff
+    u < (|y| - lo) / (hi - lo), u = (word >> 8) 2^-24 of a uint32 Philox word; the sign kept.
+    Every step is exact in fp32 (the spacing is a power of two)."""
+    a = tl.abs(y)
+    a = tl.where(a > 6.0, 6.0, a)  # a NaN stays NaN, where tl.minimum would drop it on the GPU
+    step = tl.where(a < 2.0, 0.5, tl.where(a < 4.0, 1.0, 2.0))
+    t = a * tl.where(a < 2.0, 2.0, tl.where(a < 4.0, 1.0, 0.5))  # a / step, exact
+    lo = tl.floor(t)
+    u = (word >> 8).to(tl.float32) * _U24
+    return _with_sign(tl.where(u < t - lo, lo + 1.0, lo) * step, y)
+
+
+@triton.jit
+def e2m1_pow2(x, amax):
+    """E2M1 under a power-of-two scale (``formats.nvfp4.round_e2m1_pow2``): fp32
+    ``e2m1(x 2^-e) 2^e`` with ``e = scale_exponent(amax, 6)``; amax broadcasts to x and is at
+    least its group's max |x|, so nothing clamps."""
+    e = scale_exponent(amax, E2M1_EQ, E2M1_MQ)
+    return round_e2m1_signed(x * pow2(-e)) * pow2(e)
+
+
+@triton.jit
+def e2m1_grad(b_g, b_word, STOCHASTIC: tl.constexpr):
+    """The all-4-bit route's G (NUMERICS.md 6): b_g [R, C] fp32 -> fp32 E2M1 values times
+    their power-of-two scales, one scale per (row, 16 columns from the tile's start),
+    e = scale_exponent(group max |G|, 6); rounded stochastically with the Philox words b_word
+    [R, C] uint32 when STOCHASTIC, else to nearest. The scale is folded into the values, as
+    exact as the values themselves (two significant bits), so a BF16 MMA takes them as they
+    are."""
+    R: tl.constexpr = b_g.shape[0]
+    C: tl.constexpr = b_g.shape[1]
+    b_x = tl.reshape(b_g, [R, C // TOKENS, TOKENS])
+    e = tl.expand_dims(scale_exponent(tl.max(tl.abs(b_x), axis=2), E2M1_EQ, E2M1_MQ), 2)  # [R, C / 16, 1]
+    b_y = b_x * pow2(-e)
+    if STOCHASTIC:
+        b_r = round_e2m1_stochastic(b_y, tl.reshape(b_word, [R, C // TOKENS, TOKENS]))
+    else:
+        b_r = round_e2m1_signed(b_y)
+    return tl.reshape(b_r * pow2(e), [R, C])
 
 
 @triton.jit

@@ -10,15 +10,13 @@ import triton
 import triton.language as tl
 
 from ..formats.bitexp import SCHRAUDOLPH_OFFSET
-from .fp4 import round_e2m1, round_int
+from .fp4 import E2M1_EQ, E2M1_MQ, round_e2m1, round_int
 from .fp8 import pow2, scale_exponent, to_codes
 from .layout import T_ALIGN
 
 LN2 = tl.constexpr(math.log(2.0))
 V_ALIGN = tl.constexpr(T_ALIGN)  # V^T: every document starts at a multiple of this many columns
 P_GROUP = tl.constexpr(32)  # keys of a row sharing one power-of-two scale of 4-bit P
-E2M1_EQ = tl.constexpr(2)  # 6 = (1 + 0x400000 / 2^23) * 2^2: scale_exponent's qmax for E2M1
-E2M1_MQ = tl.constexpr(0x400000)
 _SCHRAUDOLPH_OFFSET = tl.constexpr(SCHRAUDOLPH_OFFSET)
 
 
@@ -156,7 +154,8 @@ def scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU: 
     the integer running max, exp2, the row sum, the P^ codes with the V fold. Shared by the
     Triton and the Gluon forwards, so their codes agree bit for bit. P4 (``p4_values``): 0 none;
     1 the mixed route's 4-bit P where DIAG (``diagonal_tile``) is false; 2 the leaking
-    ablation's, on every tile with group maxima over the document's n_k keys, masked or not.
+    ablation's, on every tile with group maxima over the document's n_k keys, masked or not;
+    3 the all-4-bit route's, on every tile.
     P4_SUM: l adds the 4-bit values (``p4_sum_quantized``). APPROX_EXP: P from Schraudolph's
     exponential (``fwd_approx_exp``). TILE: b_y's layout for TO_ROWS (Gluon).
     Returns (P^ [BM, BN] in the operand format CODES, alpha [BM], l [BM], m [BM])."""
@@ -187,6 +186,8 @@ def scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU: 
     elif P4 == 1:
         if not DIAG:  # one branch per tile: the diagonal tiles keep E4M3 P
             b_p = p4_values(b_p, b_p, False, 1, TO_ROWS, TILE)
+    elif P4 == 3:  # every tile; p is 0 on masked keys, so the group maxima see the visible ones
+        b_p = p4_values(b_p, b_p, False, 1, TO_ROWS, TILE)
     if P4_SUM:
         b_l = b_l * b_alpha + TO_ROWS(tl.sum(_row_tree(b_p, False, 8), 1), ROWS)
     # (p vf) rf as the contract writes it: p (vf rf), the backward's order, gives the same codes

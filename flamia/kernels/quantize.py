@@ -15,6 +15,11 @@ of 16, the zero codes of its document's last transposed columns); every document
 one too, has a unit 0. Nothing is read back to the host. ``cu_seqlens[-1]`` must equal T
 (rows outside every document are not written).
 The torch reference these match bit for bit is ``flamia/reference/operands.py``.
+
+``FP4`` switches the same kernels (with ``fmt=BF16``) to the all-4-bit route's decoded values
+(NUMERICS.md 6; the launchers and the reference are ``quantize_fp4.py``'s): NVFP4 rows, the
+token-axis values in 16-token groups in the transposed layout and, where a per-token
+pointer is given, the diagonal tiles' per-token values; exponents, records and D as BF16's.
 """
 import math
 from dataclasses import dataclass
@@ -26,9 +31,10 @@ import triton.language as tl
 
 from ..formats.hadamard import HADAMARD_DIMS
 from ..validation import INPUT_DTYPES
-from .configs import E4M3, QUANTIZER, OperandFormat
-from .fp4 import score_codes
-from .fp8 import block_exponents, inf_to_nan, interpreting, pow2, to_codes, to_fp32, to_output
+from .configs import BF16, E4M3, QUANTIZER, OperandFormat
+from .fp4 import TOKENS, e2m1_pow2, score_codes
+from .fp8 import (E4M3_EQ, E4M3_MQ, block_exponents, inf_to_nan, interpreting, pow2, scale_exponent, to_codes, to_fp32,
+                  to_output)
 from .hadamard import rotate
 from .layout import (T_ALIGN, aligned_starts, check_operand, column_offsets, mma_token_order,
                      transposed_extent, unit_columns, zero_padding)
@@ -131,6 +137,45 @@ def _code_range(b_x, b_f, CODES: tl.constexpr):
 
 
 @triton.jit
+def _amax(b_x, axis: tl.constexpr):
+    """max |b_x| (fp32) along axis, NaN where a NaN is among them, as torch's amax (tl.max of
+    floats drops NaNs, on the GPU and the interpreter alike): the max of the magnitudes' bits,
+    whose integer order is the floats' with NaNs above +inf. One IMNMX per step, as FMNMX."""
+    return tl.max(b_x.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=axis).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _nvfp4_values(b_x, b_amax, D: tl.constexpr):
+    """The all-4-bit route's head-dim operand: rows b_x [U, D] fp32 (max |x| b_amax [U]) in
+    NVFP4, decoded: E2M1 value x E4M3 scale x g [U, D] fp32, each token its own g = 2^(e - 2),
+    e = scale_exponent(amax, 448) (``reference.operands_fp4.nvfp4_operand(x).dequantize()``:
+    every product exact, so their order is free). A non-finite x makes its row NaN."""
+    b_e = scale_exponent(b_amax, E4M3_EQ, E4M3_MQ)  # [U]
+    return score_codes(b_x, b_e, D) * pow2(b_e)[:, None]
+
+
+@triton.jit
+def _pow2_values(b_x, b_amax):
+    """``fp4.e2m1_pow2`` of b_x (scale from b_amax, broadcast to b_x) with x's sign bit kept on
+    zeros too: torch's round keeps -0 (dO * ro is -0 for a negative dO on a row with ro = 0),
+    e2m1_pow2 reads the sign as x < 0. A NaN stays NaN."""
+    b_v = e2m1_pow2(b_x, b_amax).to(tl.int32, bitcast=True)
+    return (b_v | (b_x.to(tl.int32, bitcast=True) & -0x80000000)).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _token_group_values(b_t):
+    """The all-4-bit route's token-axis operand: b_t [D, U] fp32 (tokens along axis 1, every 16
+    of one document) in E2M1 with one power-of-two scale per (16 tokens, head-dim row), decoded
+    [D, U] fp32 (``reference.operands_fp4.token_axis_values``). A NaN makes its group's other
+    values 0, as there."""
+    D: tl.constexpr = b_t.shape[0]
+    U: tl.constexpr = b_t.shape[1]
+    b_g = tl.reshape(b_t, [D, U // TOKENS, TOKENS])
+    return tl.reshape(_pow2_values(b_g, _amax(b_g, 2)[:, :, None]), [D, U])
+
+
+@triton.jit
 def _zero_padding(p_t, cu_seqlens, cu_seqlens_t, doc, unit, num_docs, h, T_t, D: tl.constexpr, T_ALIGN: tl.constexpr):
     """``layout.zero_padding`` in unit 0: zero document doc's padding columns and its share of
     the tail of head h of a [H, D, T_t] tensor."""
@@ -142,15 +187,19 @@ def _zero_padding(p_t, cu_seqlens, cu_seqlens_t, doc, unit, num_docs, h, T_t, D:
 
 @triton.jit
 def _quantize_unit(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_work, width, T_t, H, h, num_docs,
-                   inv_sqrt_d, p_key_exps, p_key_rec, T, D: tl.constexpr, UNIT: tl.constexpr, BLOCK: tl.constexpr,
-                   HADAMARD_STAGES: tl.constexpr, TRANSPOSED: tl.constexpr, KEY_REC: tl.constexpr,
-                   SCORES: tl.constexpr, T_ALIGN: tl.constexpr, CODES: tl.constexpr, INTERPRET: tl.constexpr):
-    """This program's unit of head h (int64) of one operand."""
+                   inv_sqrt_d, p_key_exps, p_key_rec, p_diag_t, T, D: tl.constexpr, UNIT: tl.constexpr,
+                   BLOCK: tl.constexpr, HADAMARD_STAGES: tl.constexpr, TRANSPOSED: tl.constexpr, KEY_REC: tl.constexpr,
+                   SCORES: tl.constexpr, FP4: tl.constexpr, T_ALIGN: tl.constexpr, CODES: tl.constexpr,
+                   INTERPRET: tl.constexpr):
+    """This program's unit of head h (int64) of one operand. FP4 (CODES bf16): the all-4-bit
+    route's decoded values, with p_diag_t (None: not written) the per-token ones."""
     doc, unit = program_tile_within(p_work, width)
     if doc < 0:
         return
     if TRANSPOSED:
         _zero_padding(p_codes_t, cu_seqlens, cu_seqlens_t, doc, unit, num_docs, h, T_t, D, T_ALIGN)
+        if p_diag_t is not None:
+            _zero_padding(p_diag_t, cu_seqlens, cu_seqlens_t, doc, unit, num_docs, h, T_t, D, T_ALIGN)
     start, end, o_t, m_t = _unit_rows(cu_seqlens, doc, unit, UNIT)
     if start >= end:
         return
@@ -160,14 +209,21 @@ def _quantize_unit(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_
     b_x = rotate(b_x, inv_sqrt_d, HADAMARD_STAGES)
     b_e = _exponents(b_x, BLOCK, CODES)  # [UNIT]
     b_scaled = _code_range(b_x, pow2(-b_e)[:, None], CODES)
-    if SCORES:  # the mixed NVFP4 route: the row-major codes are the scores' bf16 codes
+    if FP4:  # the row-major values are NVFP4's, with each token's own scale folded in
+        b_amax = _amax(b_x, 1)  # [UNIT]
+        tl.store(p_codes + o_x, to_codes(_nvfp4_values(b_x, b_amax, D), CODES, INTERPRET), mask=m_t[:, None])
+    elif SCORES:  # the mixed NVFP4 route: the row-major codes are the scores' bf16 codes
         tl.store(p_codes + o_x, to_output(score_codes(b_x, b_e, D), tl.bfloat16, INTERPRET), mask=m_t[:, None])
     else:
         tl.store(p_codes + o_x, to_codes(b_scaled, CODES, INTERPRET), mask=m_t[:, None])
     tl.store(p_exps + o_t * H + h, b_e.to(tl.int8), mask=m_t)
     if KEY_REC:
-        # records.key_records of K's stored exponents and these (as stored, int8)
-        e_k = tl.load(p_key_exps + o_t * H + h, mask=m_t, other=0).to(tl.int32)
+        # records.key_records of K's stored exponents and these (as stored, int8); the
+        # all-4-bit route's K stores zeros
+        if FP4:
+            e_k = tl.zeros([UNIT], tl.int32)
+        else:
+            e_k = tl.load(p_key_exps + o_t * H + h, mask=m_t, other=0).to(tl.int32)
         e_v = b_e.to(tl.int8).to(tl.int32)
         tl.store(p_key_rec + h * T + o_t, ((e_k + 127) << 23) | ((e_v + 127) << 15), mask=m_t)
     if TRANSPOSED:
@@ -179,28 +235,35 @@ def _quantize_unit(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_
             # while the rotated tile's (after the butterflies) stores right ones.
             b_t = _code_range(to_fp32(tl.load(p_x + tl.trans(o_x), mask=m_t[None, :], other=0.0), INTERPRET),
                               pow2(-b_e)[None, :], CODES)
-        _store_transposed(p_codes_t, b_t, _unit_cols(cu_seqlens, cu_seqlens_t, doc, unit, UNIT, T_ALIGN), h, T_t, D,
-                          CODES, INTERPRET)
+        cols = _unit_cols(cu_seqlens, cu_seqlens_t, doc, unit, UNIT, T_ALIGN)
+        if FP4:  # b_t is x itself here (bf16 codes take no exponent)
+            if p_diag_t is not None:  # the per-token scales of diagonal tiles
+                _store_transposed(p_diag_t, _pow2_values(b_t, b_amax[None, :]), cols, h, T_t, D, CODES, INTERPRET)
+            b_t = _token_group_values(b_t)
+        _store_transposed(p_codes_t, b_t, cols, h, T_t, D, CODES, INTERPRET)
 
 
 @triton.jit
 def _quantize_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_work, width, T_t, H,
                              p_x2, p_codes2, p_codes_t2, p_exps2, cu_seqlens2, cu_seqlens_t2, p_work2, width2, T_t2,
-                             H2, num_docs, inv_sqrt_d, p_key_exps, p_key_rec, T, D: tl.constexpr, UNIT: tl.constexpr,
-                             BLOCK: tl.constexpr, HADAMARD_STAGES: tl.constexpr, TRANSPOSED: tl.constexpr,
-                             KEY_REC: tl.constexpr, PAIR: tl.constexpr, SCORES: tl.constexpr, T_ALIGN: tl.constexpr,
-                             CODES: tl.constexpr, INTERPRET: tl.constexpr):
+                             H2, num_docs, inv_sqrt_d, p_key_exps, p_key_rec, p_diag_t, p_diag_t2, T,
+                             D: tl.constexpr, UNIT: tl.constexpr, BLOCK: tl.constexpr, HADAMARD_STAGES: tl.constexpr,
+                             TRANSPOSED: tl.constexpr, KEY_REC: tl.constexpr, PAIR: tl.constexpr,
+                             SCORES: tl.constexpr, FP4: tl.constexpr, T_ALIGN: tl.constexpr, CODES: tl.constexpr,
+                             INTERPRET: tl.constexpr):
     """Program ((document, unit), head). PAIR: heads H.. of the grid quantize a second operand
-    (the arguments ending in 2, its head h - H), so Q and K take one launch."""
+    (the arguments ending in 2, its head h - H), so Q and K take one launch. FP4: the
+    all-4-bit route (``_quantize_unit``); p_diag_t, p_diag_t2: each operand's per-token values
+    [H, D, T_t] bf16, or None."""
     h = tl.program_id(1).to(tl.int64)
     if PAIR and h >= H:
         _quantize_unit(p_x2, p_codes2, p_codes_t2, p_exps2, cu_seqlens2, cu_seqlens_t2, p_work2, width2, T_t2, H2,
-                       h - H, num_docs, inv_sqrt_d, p_key_exps, p_key_rec, T, D, UNIT, BLOCK, HADAMARD_STAGES,
-                       TRANSPOSED, KEY_REC, SCORES, T_ALIGN, CODES, INTERPRET)
+                       h - H, num_docs, inv_sqrt_d, p_key_exps, p_key_rec, p_diag_t2, T, D, UNIT, BLOCK,
+                       HADAMARD_STAGES, TRANSPOSED, KEY_REC, SCORES, FP4, T_ALIGN, CODES, INTERPRET)
     else:
         _quantize_unit(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_work, width, T_t, H, h,
-                       num_docs, inv_sqrt_d, p_key_exps, p_key_rec, T, D, UNIT, BLOCK, HADAMARD_STAGES, TRANSPOSED,
-                       KEY_REC, SCORES, T_ALIGN, CODES, INTERPRET)
+                       num_docs, inv_sqrt_d, p_key_exps, p_key_rec, p_diag_t, T, D, UNIT, BLOCK, HADAMARD_STAGES,
+                       TRANSPOSED, KEY_REC, SCORES, FP4, T_ALIGN, CODES, INTERPRET)
 
 
 @triton.jit
@@ -208,8 +271,10 @@ def _quantize_grad_output_kernel(p_do, p_o, p_ro, p_do_codes, p_do_exps, p_dot_t
                                  cu_seqlens, cu_seqlens_t, p_work, width, num_docs, T, T_t, H,
                                  p_qe, p_pv, p_m, p_rec, heads_kv, D: tl.constexpr, STEP: tl.constexpr,
                                  BLOCK: tl.constexpr, RECORDS: tl.constexpr, GROUP: tl.constexpr,
-                                 SIGMA: tl.constexpr, T_ALIGN: tl.constexpr, CODES: tl.constexpr,
+                                 SIGMA: tl.constexpr, FP4: tl.constexpr, T_ALIGN: tl.constexpr, CODES: tl.constexpr,
                                  INTERPRET: tl.constexpr):
+    """Program ((document, unit of STEP tokens), head). FP4 (CODES bf16, exponents 0): the
+    all-4-bit route's decoded values, dO^ in NVFP4 and dOt^ in 16-token groups."""
     doc, unit = program_tile(p_work, width)
     if doc < 0:
         return
@@ -221,7 +286,10 @@ def _quantize_grad_output_kernel(p_do, p_o, p_ro, p_do_codes, p_do_exps, p_dot_t
     o_x = _row_offsets(o_t, h, H, D)  # [STEP, D]
     b_do = to_fp32(tl.load(p_do + o_x, mask=m_t[:, None], other=0.0), INTERPRET)  # [STEP, D]
     b_e = _exponents(b_do, BLOCK, CODES)  # [STEP]
-    b_codes = to_codes(_code_range(b_do, pow2(-b_e)[:, None], CODES), CODES, INTERPRET)
+    if FP4:  # each token's own NVFP4 scale folded in
+        b_codes = to_codes(_nvfp4_values(b_do, _amax(b_do, 1), D), CODES, INTERPRET)
+    else:
+        b_codes = to_codes(_code_range(b_do, pow2(-b_e)[:, None], CODES), CODES, INTERPRET)
     tl.store(p_do_codes + o_x, b_codes, mask=m_t[:, None])
     tl.store(p_do_exps + o_t * H + h, b_e.to(tl.int8), mask=m_t)
     # D from the same quantized dO that dP uses: (codes * 2^edO) * O, summed over the head dim.
@@ -234,8 +302,11 @@ def _quantize_grad_output_kernel(p_do, p_o, p_ro, p_do_codes, p_do_exps, p_dot_t
     b_et = _exponents(b_dot, STEP, CODES)
     b_dot = _code_range(b_dot, pow2(-b_et)[:, None], CODES)
     tl.store(p_dot_exps + o_t * H + h, b_et.to(tl.int8), mask=m_t)
-    _store_transposed(p_dot_t, tl.trans(b_dot), _unit_cols(cu_seqlens, cu_seqlens_t, doc, unit, STEP, T_ALIGN), h,
-                      T_t, D, CODES, INTERPRET)
+    b_dot = tl.trans(b_dot)  # [D, STEP]
+    if FP4:
+        b_dot = _token_group_values(b_dot)
+    _store_transposed(p_dot_t, b_dot, _unit_cols(cu_seqlens, cu_seqlens_t, doc, unit, STEP, T_ALIGN), h, T_t, D,
+                      CODES, INTERPRET)
     if RECORDS:
         # records.query_records of these rows, from the values stored above (exponents as int8)
         e_q = tl.load(p_qe + o_t * H + h, mask=m_t, other=0).to(tl.int32)
@@ -289,7 +360,8 @@ def _transposed_codes(heads: int, d: int, total: int, cu_seqlens: torch.Tensor, 
 
 class _Side(NamedTuple):
     """One operand of a quantizer launch: its input x [T, H, D], document starts, the outputs
-    (uninitialised until the launch) and its work list (None without tokens)."""
+    (uninitialised until the launch), its work list (None without tokens) and, on the
+    all-4-bit route, its per-token values diag_t [H, D, T_t] (or None)."""
 
     x: torch.Tensor
     cu_seqlens: torch.Tensor
@@ -298,20 +370,25 @@ class _Side(NamedTuple):
     exps: torch.Tensor
     cu_seqlens_t: torch.Tensor | None
     work: torch.Tensor | None
+    diag_t: torch.Tensor | None = None
 
     @classmethod
     def allocate(cls, x: torch.Tensor, cu_seqlens: torch.Tensor, transposed: bool, cu_seqlens_t: torch.Tensor | None,
-                 work: torch.Tensor | None, fmt: OperandFormat, row_dtype: torch.dtype) -> "_Side":
-        """Row codes in row_dtype, transposed codes in fmt (when ``transposed``), exponents."""
+                 work: torch.Tensor | None, fmt: OperandFormat, row_dtype: torch.dtype,
+                 diagonal: bool = False) -> "_Side":
+        """Row codes in row_dtype, transposed codes in fmt (when ``transposed``; diag_t too
+        when ``diagonal``), exponents."""
         total, heads, d = x.shape
-        codes_t, cu_t = None, None
+        codes_t, cu_t, diag_t = None, None, None
         if transposed:
             cu_t = aligned_starts(cu_seqlens) if cu_seqlens_t is None else cu_seqlens_t
             codes_t = _transposed_codes(heads, d, total, cu_seqlens, fmt)
+            if diagonal:
+                diag_t = _transposed_codes(heads, d, total, cu_seqlens, fmt)
         if total:
             work = _work_list(cu_seqlens, total, QUANTIZER.operand_unit, work)
         return cls(x, cu_seqlens, torch.empty((total, heads, d), dtype=row_dtype, device=x.device), codes_t,
-                   torch.empty((total, heads), dtype=torch.int8, device=x.device), cu_t, work)
+                   torch.empty((total, heads), dtype=torch.int8, device=x.device), cu_t, work, diag_t)
 
     def kernel_args(self) -> list:
         """The kernel's ten arguments of one operand, p_x .. H."""
@@ -325,8 +402,10 @@ class _Side(NamedTuple):
 
 def _launch_operands(sides: list[_Side], block: int, hadamard: bool, transposed: bool, fmt: OperandFormat,
                      scores: bool = False, key_exps: torch.Tensor | None = None,
-                     key_rec: torch.Tensor | None = None) -> None:
-    """One launch over one or two operands (each with tokens; one head dim and one dtype)."""
+                     key_rec: torch.Tensor | None = None, fp4: bool = False) -> None:
+    """One launch over one or two operands (each with tokens; one head dim and one dtype).
+    key_rec: written from key_exps, or (fp4) from zero exponents; fp4: the all-4-bit route
+    (fmt BF16)."""
     args = [arg for side in sides for arg in side.kernel_args()]
     pair = len(sides) == 2
     args += [None] * 10 * (not pair)
@@ -335,15 +414,17 @@ def _launch_operands(sides: list[_Side], block: int, hadamard: bool, transposed:
     common = dict(num_docs=sides[0].cu_seqlens.numel() - 1, inv_sqrt_d=1.0 / math.sqrt(d), D=d,
                   UNIT=QUANTIZER.operand_unit, BLOCK=block, HADAMARD_STAGES=d.bit_length() - 1 if hadamard else 0,
                   T_ALIGN=T_ALIGN, PAIR=pair)
-    if hadamard and transposed and key_exps is None and not scores and not interpreting():
+    if hadamard and transposed and key_rec is None and not scores and not fp4 and not interpreting():
         # a token row per thread, so the butterflies stay in registers (rotated_quantizer.py)
         launch(rotated_operand_kernel, grid, *args, **common, PARTS=QUANTIZER.transposed_parts,
                num_warps=QUANTIZER.rotated_warps)
         return
-    warps = QUANTIZER.nvfp4_warps if scores else QUANTIZER.rotated_warps if hadamard else QUANTIZER.plain_warps
+    nvfp4 = scores or fp4  # the launches that form NVFP4 groups
+    warps = QUANTIZER.nvfp4_warps if nvfp4 else QUANTIZER.rotated_warps if hadamard else QUANTIZER.plain_warps
     launch(_quantize_operand_kernel, grid, *args, **common, p_key_exps=key_exps, p_key_rec=key_rec,
-           T=sides[0].x.shape[0], TRANSPOSED=transposed, KEY_REC=key_exps is not None, SCORES=scores,
-           CODES=fmt.codes, INTERPRET=interpreting(), num_warps=warps)
+           p_diag_t=sides[0].diag_t, p_diag_t2=sides[1].diag_t if pair else None, T=sides[0].x.shape[0],
+           TRANSPOSED=transposed, KEY_REC=key_rec is not None, SCORES=scores, FP4=fp4, CODES=fmt.codes,
+           INTERPRET=interpreting(), num_warps=warps)
 
 
 def _check_options(x: torch.Tensor, block: int, hadamard: bool, fmt: OperandFormat) -> None:
@@ -393,25 +474,38 @@ def quantize_pair(q: torch.Tensor, k: torch.Tensor, cu_seqlens_q: torch.Tensor, 
     (``fp4.score_codes``, from the tokens' E4M3 exponents), the transposed ones stay E4M3."""
     _check_options(q, block, hadamard, fmt)
     _check_options(k, block, hadamard, fmt)
-    if k.dtype != q.dtype or k.shape[2] != q.shape[2] or cu_seqlens_k.numel() != cu_seqlens_q.numel():
-        raise ValueError(f"k: expected q's dtype {q.dtype}, head dim {q.shape[2]} and document count, got "
-                         f"{k.dtype}, {k.shape[2]}, {cu_seqlens_k.numel() - 1} against {cu_seqlens_q.numel() - 1}")
+    _check_pair(q, k, cu_seqlens_q, cu_seqlens_k)
     if scores and fmt != E4M3:
         raise ValueError(f"scores: the mixed NVFP4 route's transposed codes are E4M3, got the {fmt.name} format")
     row_dtype = torch.bfloat16 if scores else fmt.torch_dtype
     sides = [_Side.allocate(q, cu_seqlens_q, True, cu_seqlens_qt, q_work, fmt, row_dtype),
              _Side.allocate(k, cu_seqlens_k, True, cu_seqlens_kt, k_work, fmt, row_dtype)]
+    _launch_pair(sides, block, hadamard, fmt, scores)
+    return sides[0].operand(), sides[1].operand()
+
+
+def _check_pair(q: torch.Tensor, k: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor) -> None:
+    """The operands of one launch share a dtype, a head dim and (the tail of the transposed
+    codes is shared out per document) a document count."""
+    if k.dtype != q.dtype or k.shape[2] != q.shape[2] or cu_seqlens_k.numel() != cu_seqlens_q.numel():
+        raise ValueError(f"k: expected q's dtype {q.dtype}, head dim {q.shape[2]} and document count, got "
+                         f"{k.dtype}, {k.shape[2]}, {cu_seqlens_k.numel() - 1} against {cu_seqlens_q.numel() - 1}")
+
+
+def _launch_pair(sides: list[_Side], block: int, hadamard: bool, fmt: OperandFormat, scores: bool = False,
+                 fp4: bool = False) -> None:
+    """Q's and K's sides (``_launch_operands``, transposed codes written) in one launch, or
+    one each where a side has no tokens (a launch's operands each hold tokens)."""
     with_tokens = [side for side in sides if side.x.shape[0]]
     for group in ([with_tokens] if len(with_tokens) == 2 else [[side] for side in with_tokens]):
-        _launch_operands(group, block, hadamard, True, fmt, scores)
-    return sides[0].operand(), sides[1].operand()
+        _launch_operands(group, block, hadamard, True, fmt, scores, fp4=fp4)
 
 
 def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu_seqlens: torch.Tensor,
                          block: int = 32, step: int = 64, cu_seqlens_t: torch.Tensor | None = None,
                          work: torch.Tensor | None = None, q_exps: torch.Tensor | None = None,
                          pv: torch.Tensor | None = None, m: torch.Tensor | None = None,
-                         sigma: int = 0, fmt: OperandFormat = E4M3) -> KernelGradOutput:
+                         sigma: int = 0, fmt: OperandFormat = E4M3, fp4: bool = False) -> KernelGradOutput:
     """dO -> dO^, dOt^ and D in one launch that reads dO, O and ro once. do, o: [T, H, D]
     bf16/fp16/fp32, contiguous; ro: [H, T] fp32 (0 for invalid rows); cu_seqlens: int32
     [num_docs + 1] on do's device; block: dO^'s tokens per scale block; step: the dK/dV loop's query step
@@ -421,7 +515,8 @@ def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu
     if the caller has it, else built here. q_exps [T, H] int8, pv [T, Hkv] int32, m [H, T]
     fp32 and sigma: also write the backward's query records (``records.query_records``,
     ``KernelGradOutput.records``), saving their own launch. fmt: the codes' format (BF16:
-    dO^ = bf16(dO), dOt^ = bf16(dO ro), exponents 0)."""
+    dO^ = bf16(dO), dOt^ = bf16(dO ro), exponents 0). fp4: the all-4-bit route's values
+    (fmt BF16, ``quantize_fp4.quantize_fp4_grad_output``)."""
     _check_rows(do, "do")
     _check_rows(o, "o")
     if o.shape != do.shape:
@@ -433,6 +528,8 @@ def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu
         # A unit of step tokens must cover its document's zero-padded transposed columns.
         raise ValueError(f"step: must be a power of two >= {T_ALIGN}, got {step}")
     _check_divisor(block, step, "block")
+    if fp4 and fmt != BF16:
+        raise ValueError(f"fp4: the all-4-bit route writes bf16 values, got the {fmt.name} format")
     dev = do.device
     do_codes = torch.empty((total, heads, d), dtype=fmt.torch_dtype, device=dev)
     do_exps = torch.empty((total, heads), dtype=torch.int8, device=dev)
@@ -453,9 +550,11 @@ def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu
         records = torch.empty((heads, total, 4), dtype=torch.int32, device=dev)
     if total:
         grid, args = _units(cu_seqlens, total, step, heads, work)
+        # fp4's NVFP4 groups and token groups of a 64-token step spill at 4 warps (Triton 3.6, d=128)
+        warps = 8 if fp4 else 4
         launch(_quantize_grad_output_kernel, grid, do, o, ro.contiguous(), do_codes, do_exps, dot_codes_t, dot_exps,
                delta, cu_seqlens, cu_t, T=total, T_t=dot_codes_t.shape[2], H=heads, p_qe=q_exps, p_pv=pv, p_m=m,
                p_rec=records, heads_kv=heads_kv, D=d, STEP=step, BLOCK=block, RECORDS=records is not None,
-               GROUP=heads // heads_kv if records is not None else 1, SIGMA=sigma, T_ALIGN=T_ALIGN,
-               CODES=fmt.codes, INTERPRET=interpreting(), **args)
+               GROUP=heads // heads_kv if records is not None else 1, SIGMA=sigma, FP4=fp4, T_ALIGN=T_ALIGN,
+               CODES=fmt.codes, INTERPRET=interpreting(), num_warps=warps, **args)
     return KernelGradOutput(do_codes, do_exps, dot_codes_t, dot_exps, delta, cu_t, records)
