@@ -60,7 +60,7 @@ def _forward(q, k, v, spec: AttnSpec, backend: str):
     with torch.autocast(q.device.type, enabled=False):
         if backend == "triton":
             out, lse, res = _kernel_ops().forward(q, k, v, spec)
-            return out, lse, list(res)
+            return out, lse, res.tensors()
         fwd = _emulate_forward(q, k, v, spec)
         return fwd.out, fwd.lse, [q, k, v]
 
@@ -103,7 +103,7 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, s
         from .kernels.ops import empty_residuals
         spec = _spec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size,
                      recipe, seed)
-        return torch.empty_like(q), lse, list(empty_residuals(q, k, spec))
+        return torch.empty_like(q), lse, empty_residuals(q, k, spec).tensors()
     return torch.empty_like(q), lse, [torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)]
 
 

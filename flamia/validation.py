@@ -18,6 +18,9 @@ INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 BACKENDS = ("triton", "reference")
 REFERENCE_MAX_HEAD_DIM = 256
 KERNEL_RECIPES = tuple(ROUTES)
+# What backend=None runs on the kernels; the all-4-bit recipe takes them when asked for
+# (backend="triton"), the emulator otherwise.
+DEFAULT_KERNEL_RECIPES = ("mxfp8", "nvfp4", "bf16")
 
 
 def _is_int(x) -> bool:
@@ -151,9 +154,11 @@ def resolve_seed(seed, recipe: Recipe) -> int:
 
 def _kernel_recipe(recipe: Recipe) -> str | None:
     """Why the triton backend cannot run ``recipe``, or None when it can (the plain mxfp8,
-    nvfp4 and bf16 recipes, and nvfp4's 4-bit P options)."""
+    nvfp4, fp4 and bf16 recipes, and nvfp4's 4-bit P options)."""
     if recipe.name not in KERNEL_RECIPES:
         return f"'triton' runs the {KERNEL_RECIPES} recipes, got {recipe.name!r}"
+    if recipe.name == "fp4" and recipe.is_ablation:
+        return "'triton' runs no ablation of the fp4 recipe"
     if recipe.is_ablation:
         # the forward's exponential and the mixed route's 4-bit P ablations are flags of the
         # kernels; per-tensor scales and unchecked saturation change the quantizers, which only
@@ -175,9 +180,11 @@ def _kernel_recipe(recipe: Recipe) -> str | None:
 
 def resolve_backend(backend, recipe: Recipe, q: torch.Tensor) -> str:
     """None -> "triton" for the plain mxfp8, nvfp4 and bf16 recipes on CUDA, else "reference" (the
-    emulator); an explicit "triton" must be runnable: CUDA tensors and one of those recipes."""
+    emulator); an explicit "triton" must be runnable: CUDA tensors and a recipe the kernels run
+    (those three and fp4)."""
     if backend is None:
-        return "triton" if q.is_cuda and _kernel_recipe(recipe) is None else "reference"
+        kernels = q.is_cuda and recipe.name in DEFAULT_KERNEL_RECIPES and _kernel_recipe(recipe) is None
+        return "triton" if kernels else "reference"
     if not isinstance(backend, str):
         raise TypeError(f"backend: expected None or a name, got {type(backend).__name__}")
     if backend not in BACKENDS:

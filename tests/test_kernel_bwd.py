@@ -11,7 +11,7 @@ import torch
 from flamia.formats.e4m3 import round_to_e4m3
 from flamia.formats.scales import exp2i, scale_exponent
 from flamia.kernels.attn_bwd import attention_backward
-from flamia.kernels.configs import BF16, ROUTES, AttnTiles, p4_mode, tiles_for
+from flamia.kernels.configs import BF16, ROUTES, AttnTiles, grad_mode, p4_mode, tiles_for
 from flamia.kernels.layout import aligned_starts, transposed_extent, transposed_reference
 from flamia.recipes import Recipe, resolve_recipe
 from flamia.reference.emulated import emulate_backward, emulate_forward
@@ -54,23 +54,33 @@ def kernel_inputs(fwd, do) -> tuple[tuple, dict]:
     # dK and dQ multiply the gradient operands of Q and K (the mixed route's E4M3 token blocks,
     # the scores' exponents), the scores the score operands
     gq, gk = fwd.numerics.grad_operands(*fwd.inputs[:2], q, k, cu_q, cu_k, spec.max_seqlen_q, spec.max_seqlen_k)
-    assert torch.equal(gq.exps, q.exps) and torch.equal(gk.exps, k.exps)
 
     def transposed(x, cu):  # [H, D, T_t] codes in the aligned layout
         return transposed_reference(x, cu, codes).to(codes)
 
+    kwargs = dict(causal=spec.causal, window_size=spec.window_size, softmax_scale=spec.softmax_scale,
+                  sigma=spec.recipe.sigma, scale_block=spec.recipe.scale_block, tiles=t,
+                  rotate=fwd.numerics.hadamard, p4=p4_mode(spec.recipe, forward=False))
+    if route.all4:  # bf16 values with every scale folded in, exponents 0; V in dP in NVFP4
+        gv = fwd.numerics.value_grad_operand(fwd.inputs[2], v, cu_k, spec.max_seqlen_k)
+        zq, zk = (torch.zeros(x.shape[:2], dtype=i8, device=x.device) for x in (q.codes, k.codes))
+        args = (q.dequantize().to(scores), transposed(gq.codes, cu_q), zq, k.dequantize().to(scores),
+                transposed(gk.codes, cu_k), zk, gv.dequantize().to(codes), zk, g_do.dequantize().to(codes), zq,
+                transposed(g_dot.codes, cu_q), zq, go.delta, fwd.m, fwd.ro, fwd.pv, cu_q, cu_k, aligned_starts(cu_q),
+                aligned_starts(cu_k))
+        kwargs.update(grad4=grad_mode(spec.recipe), k_codes_t_diag=transposed(gk.diagonal, cu_k), seed=spec.seed)
+        return args, kwargs
+    assert torch.equal(gq.exps, q.exps) and torch.equal(gk.exps, k.exps)
     args = (q.codes.to(scores), transposed(gq.codes, cu_q), q.exps.to(i8), k.codes.to(scores),
             transposed(gk.codes, cu_k), k.exps.to(i8), v.codes.to(codes), v.exps.to(i8), g_do.codes.to(codes),
             g_do.exps.to(i8), transposed(g_dot.codes, cu_q), g_dot.exps.to(i8), go.delta, fwd.m, fwd.ro, fwd.pv, cu_q,
             cu_k, aligned_starts(cu_q), aligned_starts(cu_k))
-    kwargs = dict(causal=spec.causal, window_size=spec.window_size, softmax_scale=spec.softmax_scale,
-                  sigma=spec.recipe.sigma, scale_block=spec.recipe.scale_block, tiles=t,
-                  rotate=fwd.numerics.hadamard, p4=p4_mode(spec.recipe, forward=False))
     return args, kwargs
 
 
-def run_both(lens_q, lens_k, heads, d, causal, window, tile_cfg, seed, recipe="mxfp8"):
-    """(kernel (dq, dk, dv), emulator (dq, dk, dv)) on random normal bf16 inputs."""
+def run_both(lens_q, lens_k, heads, d, causal, window, tile_cfg, seed, recipe="mxfp8", rng_seed=0):
+    """(kernel (dq, dk, dv), emulator (dq, dk, dv)) on random normal bf16 inputs; rng_seed: the
+    call's seed of a stochastic G."""
     g = torch.Generator().manual_seed(seed)
     hq, hkv = heads
     q = torch.randn(sum(lens_q), hq, d, generator=g).to(DEVICE, torch.bfloat16)
@@ -78,7 +88,7 @@ def run_both(lens_q, lens_k, heads, d, causal, window, tile_cfg, seed, recipe="m
     v = torch.randn(sum(lens_k), hkv, d, generator=g).to(DEVICE, torch.bfloat16)
     do = torch.randn(sum(lens_q), hq, d, generator=g).to(DEVICE, torch.bfloat16)
     fwd = emulate_forward(q, k, v, cu_seqlens(lens_q), cu_seqlens(lens_k), max(lens_q), max(lens_k), causal=causal,
-                          softmax_scale=d**-0.5, window_size=window, recipe=recipe, tiles=tile_cfg)
+                          softmax_scale=d**-0.5, window_size=window, recipe=recipe, tiles=tile_cfg, seed=rng_seed)
     args, kwargs = kernel_inputs(fwd, do)
     return attention_backward(*args, **kwargs), emulate_backward(fwd, do)
 
@@ -125,6 +135,25 @@ def nvfp4_tiles(bwd_m: int, bwd_n: int, dq_m: int, dq_n: int) -> AttnTiles:
     64 x 64 forward tiles (the backward rebuilds the forward's diagonal tiles)."""
     return AttnTiles(fwd_block_m=64, fwd_block_n=64, fwd_gluon=False, dq_gluon=False, dkdv_gluon=False,
                      bwd_block_m=bwd_m, bwd_block_n=max(bwd_n, 32), dq_block_m=dq_m, dq_block_n=max(dq_n, 32))
+
+
+# G rounded to nearest is one constexpr branch of the same rounding helper: two cases cover it
+FP4_CASES = [(name, "stochastic") for name in CASES] + [("causal-gqa-d64", "nearest"), ("full-d128", "nearest")]
+
+
+@pytest.mark.parametrize("name, rounding", FP4_CASES)
+def test_backward_matches_emulator_fp4(name, rounding):
+    """The all-4-bit route: bf16 values with their scales folded in, 4-bit P on every tile, K
+    with per-key scales on the diagonal dQ tiles, G rounded to E2M1 in groups of 16
+    (stochastically from the call's seed, or to nearest); at d=128 with the Hadamard rotation."""
+    lens_q, lens_k, heads, d, causal, window, tile_sizes = CASES[name]
+    recipe = Recipe("fp4", stochastic_grad=rounding == "stochastic", hadamard=d == 128)
+    got, want = run_both(lens_q, lens_k or lens_q, heads, d, causal, window, nvfp4_tiles(*tile_sizes),
+                         seed=len(name), recipe=recipe, rng_seed=2**40 + len(name))
+    for a, b in zip(got, want):
+        assert a.shape == b.shape and b.abs().max() > 0 and not a[(b == 0).all(-1)].any()
+    errs = relative_errors(got, want)
+    assert max(errs) <= GRAD_TOL, f"dq, dk, dv relative errors {errs} (bound {GRAD_TOL:.3g})"
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -50,23 +50,31 @@ def cu_seqlens(lengths) -> torch.Tensor:
 def kernel_inputs(fwd):
     """The kernel's operands from the emulator's: codes in the recipe's formats (float8 E4M3
     or bf16; the mixed NVFP4 route's Q and K bf16), int8 exponents, V^T [Hkv, D, Tk_t] (the
-    aligned layout, zeros outside documents) and PV."""
+    aligned layout, zeros outside documents) and PV. The all-4-bit route's are bf16 values
+    with their scales folded in (exponents 0), and V^T with per-key scales comes last."""
     route = ROUTES[fwd.spec.recipe.name]
     codes, scores = route.codes.torch_dtype, route.scores.torch_dtype
     vt = transposed_reference(fwd.v_op.codes, fwd.spec.cu_seqlens_k, codes)
     exps = [op.exps.to(torch.int8) for op in (fwd.q_op, fwd.k_op, fwd.v_op)]
-    return (fwd.q_op.codes.to(scores), exps[0], fwd.k_op.codes.to(scores), exps[1], vt.to(codes), exps[2], fwd.pv)
+    if route.all4:
+        zero = [torch.zeros_like(e) for e in exps]
+        vtd = transposed_reference(fwd.v_op.diagonal, fwd.spec.cu_seqlens_k, codes)
+        return (fwd.q_op.dequantize().to(scores), zero[0], fwd.k_op.dequantize().to(scores), zero[1], vt.to(codes),
+                zero[2], fwd.pv, vtd.to(codes))
+    return (fwd.q_op.codes.to(scores), exps[0], fwd.k_op.codes.to(scores), exps[1], vt.to(codes), exps[2], fwd.pv,
+            None)
 
 
 def launch(fwd):
     """The kernel on the emulator's operands, with the emulator's call description and tiles."""
     sp = fwd.spec
-    return attention_forward(*kernel_inputs(fwd), sp.cu_seqlens_q, sp.cu_seqlens_k, aligned_starts(sp.cu_seqlens_k),
+    *operands, vtd = kernel_inputs(fwd)
+    return attention_forward(*operands, sp.cu_seqlens_q, sp.cu_seqlens_k, aligned_starts(sp.cu_seqlens_k),
                              causal=sp.causal, window_size=sp.window_size,
                              softmax_scale=sp.softmax_scale, tau=sp.recipe.tau, sigma=sp.recipe.sigma,
                              scale_block=sp.recipe.scale_block, tiles=fwd.tiles, p4=p4_mode(sp.recipe, forward=True),
                              p4_sum=sp.recipe.p4_sum_quantized, diag_block_m=sp.recipe.fwd_diag_block_m,
-                             approx_exp=sp.recipe.fwd_approx_exp)
+                             approx_exp=sp.recipe.fwd_approx_exp, v_codes_t_diag=vtd)
 
 
 def run_both(lens_q, lens_k, heads, d, causal, window, tile_cfg, seed, recipe="mxfp8"):
@@ -170,6 +178,19 @@ def test_forward_matches_emulator_nvfp4(name):
     lens_q, lens_k, heads, d, causal, window, (bm, bn) = CASES[name]
     got, fwd = run_both(lens_q, lens_k or lens_q, heads, d, causal, window, tiles(bm, max(bn, 32)), seed=len(name),
                         recipe="nvfp4")
+    assert_matches(got, fwd)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_forward_matches_emulator_fp4(name):
+    """The all-4-bit route: bf16 values with their scales folded in, 4-bit P on every tile, V
+    with per-key scales on the diagonal tiles; with p4_sum_quantized on the causal cases."""
+    from flamia.recipes import Recipe
+
+    lens_q, lens_k, heads, d, causal, window, (bm, bn) = CASES[name]
+    recipe = Recipe("fp4", p4_sum_quantized=causal)
+    got, fwd = run_both(lens_q, lens_k or lens_q, heads, d, causal, window, tiles(bm, max(bn, 32)), seed=len(name),
+                        recipe=recipe)
     assert_matches(got, fwd)
 
 

@@ -1,18 +1,52 @@
-"""The whole MXFP8, BF16 and mixed NVFP4 training calls on the GPU (flamia/kernels/ops.py: quantizers, forward,
-backward with the in-kernel rotate-back and output cast) against the emulator through the
-public API, on odd packed lengths with GQA, for bf16 and fp16 inputs. The CPU suite checks
-each kernel against the emulator under the interpreter (test_kernel_*.py); this checks the
-glue between them."""
+"""The whole MXFP8, BF16, mixed NVFP4 and all-4-bit training calls (flamia/kernels/ops.py: quantizers, forward,
+backward with the in-kernel rotate-back and output cast) against the emulator, on odd packed
+lengths with GQA: on the GPU through the public API for bf16 and fp16 inputs, and under the
+interpreter through kernels/ops.py for bf16 inputs. test_kernel_*.py check each kernel against
+the emulator; this checks the glue between them."""
 import pytest
 import torch
 
 import flamia
+from flamia.kernels import ops as kernel_ops
+from flamia.kernels import replay
+from flamia.recipes import RECIPES
+from flamia.spec import AttnSpec
+from flamia.validation import DEFAULT_KERNEL_RECIPES
 from flamia.workload import as_attention, make_packed_inputs, training_call
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's exact products; the GPU test covers CUDA")
+@pytest.mark.parametrize("recipe, head_dim, causal, window", [
+    ("mxfp8", 64, True, (-1, -1)), ("nvfp4", 64, True, (-1, -1)), ("bf16", 64, True, (-1, -1)),
+    ("fp4", 64, True, (-1, -1)), ("fp4", 128, True, (20, 0)), ("fp4", 64, False, (-1, -1))])
+def test_interpreted_training_call_equals_emulator(recipe, head_dim, causal, window):
+    """kernels/ops.py's forward and backward under the interpreter take 5 and 3 launches (each
+    one host time an eager call pays) and equal the emulator's O, dQ, dK, dV bit for bit on bf16 inputs (the stochastic fp4 G with the same seed on both sides);
+    bf16 within 1e-6 relative norm, the order of fp32 sums in its unquantized products."""
+    inputs = make_packed_inputs((37, 1, 70), 4, 2, head_dim, seed=3, device="cpu")
+    cu, n, scale = inputs.cu_seqlens, inputs.max_seqlen, head_dim ** -0.5
+    spec = AttnSpec(cu, cu, n, n, causal, scale, window, RECIPES[recipe], seed=5)
+    with replay.record() as (forward, _):
+        out, _, res = kernel_ops.forward(inputs.q, inputs.k, inputs.v, spec)
+    with replay.record() as (backward, _):
+        got = (out, *kernel_ops.backward(inputs.do, out, res, spec))
+    assert (len(forward), len(backward)) == (5, 3), "plan, Q and K, V, PV, forward; dO, dK/dV, dQ"
+    q, k, v = (x.detach().clone().requires_grad_() for x in (inputs.q, inputs.k, inputs.v))
+    want_out = flamia.flash_attn_varlen_func(q, k, v, cu, cu, n, n, causal=causal, softmax_scale=scale,
+                                             window_size=window, recipe=recipe, backend="reference", seed=5)
+    want = (want_out, *torch.autograd.grad(want_out, (q, k, v), inputs.do))
+    for name, a, b in zip(("O", "dQ", "dK", "dV"), got, want):
+        assert a.dtype == b.dtype == torch.bfloat16, name
+        if recipe == "bf16":
+            err = ((a.double() - b.double()).norm() / b.double().norm()).item()
+            assert err <= 1e-6, f"{name}: relative norm error {err:.3g}"
+        else:
+            assert torch.equal(a, b), name
 
 
-@pytest.mark.parametrize("recipe", ["mxfp8", "bf16", "nvfp4"])
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("recipe", ["mxfp8", "bf16", "nvfp4", "fp4"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("lengths", [(1000, 333, 1, 77), (5, 1, 9)], ids=["packed", "tiny"])
@@ -23,7 +57,8 @@ def test_training_call_matches_emulator(dtype, head_dim, lengths, recipe):
     code by a third of its value where E4M3's step is an eighth (measured on the H200: dQ
     1.23e-2 on the tiny batch, d=128, fp16; 2.9e-3 on the packed one). The tiny
     batch holds fewer tokens than one tile: the Gluon kernels' TMA boxes then reach past
-    every tensor's end (zeros)."""
+    every tensor's end (zeros). fp4 (the same seed on both sides) takes nvfp4's bound, and the
+    emulator is its default backend."""
     inputs = make_packed_inputs(lengths, heads_q=8, heads_kv=2, head_dim=head_dim, dtype=dtype, device="cuda")
     got = training_call(as_attention(recipe, "triton"), inputs)
     want = training_call(as_attention(recipe, "reference"), inputs)
@@ -33,8 +68,9 @@ def test_training_call_matches_emulator(dtype, head_dim, lengths, recipe):
             continue
         assert a.dtype == dtype, name
         err = ((a.double() - b.double()).norm() / b.double().norm()).item()
-        bound = 2e-2 if recipe == "nvfp4" else 1e-2
+        bound = 2e-2 if recipe in ("nvfp4", "fp4") else 1e-2
         assert err <= bound, f"{name}: relative norm error {err:.3g}"
     out = flamia.flash_attn_varlen_func(inputs.q, inputs.k, inputs.v, inputs.cu_seqlens, inputs.cu_seqlens,
                                         inputs.max_seqlen, inputs.max_seqlen, causal=True, recipe=recipe)
-    assert torch.equal(out, got.out), "the default backend on CUDA is not the Triton route"
+    default = got if recipe in DEFAULT_KERNEL_RECIPES else want
+    assert torch.equal(out, default.out), "backend=None did not pick the recipe's default backend"

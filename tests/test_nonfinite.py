@@ -125,11 +125,11 @@ def test_nonfinite_stays_in_its_document_triton(layout, operand, value, causal, 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("recipe", ["nvfp4", "bf16"])
+@pytest.mark.parametrize("recipe", ["nvfp4", "bf16", "fp4"])
 @pytest.mark.parametrize("value", list(VALUES))
 @pytest.mark.parametrize("operand", OPERANDS)
 def test_nonfinite_stays_in_its_document_other_routes(operand, value, recipe):
-    """The mixed NVFP4 and the BF16 kernels: isolation, and the non-finite results the
+    """The mixed NVFP4, the BF16 and the all-4-bit kernels: isolation, and the non-finite results the
     arithmetic gives (the docstring). The emulator is no oracle here: its NVFP4 quantizer
     refuses a non-finite row."""
     check("odd", operand, value, True, "triton", heads=(4, 2), head_dim=128, device="cuda", recipe=recipe)

@@ -51,13 +51,15 @@ def test_every_kernel_launch_goes_through_launch_py():
     assert not direct, f"launches outside launch.launch: {direct}"
 
 
-@pytest.mark.parametrize("recipe", ["mxfp8", "nvfp4", "bf16"])
+@cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", ["mxfp8", "nvfp4", "fp4", "bf16"])
 def test_a_training_call_takes_eight_launches(recipe):
     """plan, Q and K, V, PV, forward; dO, dK/dV, dQ: each launch is host time an eager call pays
-    (the interpreter's launches are noted too)."""
+    (test_kernel_ops.py counts the interpreter's)."""
     from flamia.recipes import RECIPES
     from flamia.spec import AttnSpec
-    inputs = make_packed_inputs((37, 1, 70), 4, 2, 64, seed=3, device="cuda" if torch.cuda.is_available() else "cpu")
+    inputs = make_packed_inputs((37, 1, 70), 4, 2, 64, seed=3, device="cuda")
     spec = AttnSpec(inputs.cu_seqlens, inputs.cu_seqlens, 70, 70, True, 0.125, (-1, -1), RECIPES[recipe])
     with replay.record() as (forward, _):
         out, _, res = kernel_ops.forward(inputs.q, inputs.k, inputs.v, spec)

@@ -30,11 +30,12 @@ import triton.language as tl
 from ..formats.hadamard import HADAMARD_DIMS
 from ..masks import effective_window
 from ..validation import INPUT_DTYPES
-from .configs import E4M3, SUPPORTED_HEAD_DIMS, AttnTiles, format_of
+from .configs import BF16, E4M3, SUPPORTED_HEAD_DIMS, AttnTiles, format_of
 from .attn_dkdv_gluon import dkdv_descriptors, dkdv_gluon_kernel, query_record_layout
 from .attn_dq_gluon import dq_descriptors, dq_gluon_kernel
-from .bwd_math import (doc_bounds, forward_diagonal, grad_scores, masked_step, query_factors, reciprocal_pow2,
-                       row_scaled_codes, step_range, store_dq)
+from .bwd_math import (doc_bounds, forward_diagonal, grad_scores, grad_words, masked_step, query_factors,
+                       reciprocal_pow2, row_scaled_codes, step_range, store_dq)
+from .fp4 import e2m1_grad
 from .fp8 import interpreting, maybe_masked_load, mma, mul_rn, pow2, to_codes, to_output
 from .hadamard import rotate
 from .layout import check_operand, mma_token_order, transposed_extent
@@ -64,12 +65,18 @@ def _load_cols(p, o_t, span, stride, D: tl.constexpr, MASK: tl.constexpr):
 
 
 @triton.jit
-def _add_row_scaled_mma(acc, b_g, b_op, CODES: tl.constexpr, INTERPRET: tl.constexpr):
+def _add_row_scaled_mma(acc, b_g, b_op, CODES: tl.constexpr, INTERPRET: tl.constexpr, GRAD4: tl.constexpr = 0,
+                        b_word=None):
     """acc + (e4m3(G 2^-e) @ op) 2^e with one exponent per row of G (``row_scaled_codes``):
     the dQ payload (rows = queries) and the dK payload (rows = keys). BF16 payloads take no
-    scale, so their product accumulates into acc inside the MMA (``chain_mma``). b_g: [R, C]
-    fp32, b_op: [C, D] codes, acc: [R, D] fp32."""
-    if CODES == tl.bfloat16:
+    scale, so their product accumulates into acc inside the MMA (``chain_mma``). GRAD4 1 or
+    2: the all-4-bit route's E2M1 G with its scales folded in (``fp4.e2m1_grad``, nearest or
+    stochastic from the Philox words b_word [R, C]), which accumulates the same way. b_g:
+    [R, C] fp32, b_op: [C, D] codes, acc: [R, D] fp32."""
+    if GRAD4 > 0:
+        b_gv = to_codes(e2m1_grad(b_g, b_word, GRAD4 == 2), CODES, INTERPRET)  # exact in BF16
+        acc = mma(mma_token_order(b_gv, CODES), b_op, acc, INTERPRET)
+    elif CODES == tl.bfloat16:
         acc = mma(mma_token_order(to_codes(b_g, CODES, INTERPRET), CODES), b_op, acc, INTERPRET)
     else:
         b_gc, b_f = row_scaled_codes(b_g, INTERPRET)
@@ -102,9 +109,9 @@ def _dq_atomic_add(p_dqa, b_gt, b_kt, qinv, o_i, m_i, heads_q, D: tl.constexpr, 
 
 @triton.jit
 def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_rec, p_dote, p_dqa, geo, span_q,
-               heads_q, tq_t, diag, D: tl.constexpr, BM: tl.constexpr,
+               heads_q, tq_t, diag, rng, D: tl.constexpr, BM: tl.constexpr,
                MASK: tl.constexpr, DQ_ATOMIC: tl.constexpr, CODES: tl.constexpr, P4: tl.constexpr,
-               INTERPRET: tl.constexpr):
+               GRAD4: tl.constexpr, INTERPRET: tl.constexpr):
     """One query step [i0, i0 + BM) of a key tile: adds its dK payload (without its keys'
     2^(eK - eV): W^T of ``grad_scores``) and its dV payload to acc_dk, acc_dv [BN, D], and with
     DQ_ATOMIC its dQ payload to p_dqa (``_dq_atomic_add``; b_kt [D, BN] K^T codes). b_k,
@@ -113,7 +120,8 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_r
     positions; p_rows = (Q^, dO^) row-major and p_cols = (Q^T, dOt^T) transposed (row stride
     tq_t), p_rec as ``query_factors``, p_dote (dot_exps) and p_dqa: all at the document's
     first row (column) and the head; span_q: the document's transposed span (``doc_bounds``);
-    diag: the step lies in a diagonal forward tile (``forward_diagonal``; P4 only)."""
+    diag: the step lies in a diagonal forward tile (``forward_diagonal``; P4 only); GRAD4 and
+    rng: the all-4-bit route's G (``_add_row_scaled_mma``, ``grad_words``'s rng)."""
     p_q, p_do = p_rows
     p_qt, p_dott = p_cols
     o_i = i0 + tl.arange(0, BM)  # [BM] query positions
@@ -138,7 +146,11 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_r
     else:  # BF16: no step exponent, so the product accumulates inside the MMA
         acc_dv = mma(mma_token_order(b_pct, CODES), tl.trans(b_dott), acc_dv, INTERPRET)
     # dK's payload rows are keys: 2^eK and 2^-eV are constant along a row, the epilogue's.
-    acc_dk = _add_row_scaled_mma(acc_dk, b_wt, tl.trans(b_qt), CODES, INTERPRET)  # W^T is G^T 2^(eV - eK)
+    b_word = None
+    if GRAD4 == 2:
+        b_word = grad_words(rng, o_i, o_k, 1, 1)  # [BN, BM]
+    acc_dk = _add_row_scaled_mma(acc_dk, b_wt, tl.trans(b_qt), CODES, INTERPRET, GRAD4,
+                                 b_word)  # W^T is G^T 2^(eV - eK)
     if DQ_ATOMIC:  # dQ's payload G, whose query's 2^eQ the atomic sum leaves out
         _dq_atomic_add(p_dqa, b_wt * (key[1] * key[3])[:, None], b_kt, reciprocal_pow2(qg), o_i, m_i, heads_q, D,
                        CODES, INTERPRET)
@@ -148,17 +160,18 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_r
 @triton.jit
 def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_krec, p_cu_q, p_cu_k, p_cu_qt,
                  p_cu_kt, p_work, width, p_dk, p_dv, p_dqa, s2, scale, inv_sqrt_d, wl, wr, total_q, total_k, heads_q,
-                 tq_t, tk_t,
+                 tq_t, tk_t, seed,
                  GROUP: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
                  BN: tl.constexpr, SCALE_BLOCK: tl.constexpr, ROTATE_STAGES: tl.constexpr, DQ_ATOMIC: tl.constexpr,
                  CODES: tl.constexpr, P4: tl.constexpr, FBM: tl.constexpr, FBN: tl.constexpr,
-                 INTERPRET: tl.constexpr):
+                 GRAD4: tl.constexpr, INTERPRET: tl.constexpr):
     """Program ((document, key tile), KV head): dK and dV [BN, D] of the tile, summed over
     the query heads of its GQA group, stored in p_dk's dtype (dK rotated back when
     ROTATE_STAGES > 0); with DQ_ATOMIC, also the tile's dQ payloads, added to the fp32
     accumulator p_dqa [Tq, Hq, D] (p_kt, tk_t: K^T codes; unused otherwise). The work list
     (``worklist.tile_list``) puts long documents first and, in each, tile 0: under a causal
-    mask it sees the most queries."""
+    mask it sees the most queries. GRAD4: ``_add_row_scaled_mma``'s, its Philox seed ``seed``
+    (None unless GRAD4 is 2)."""
     doc, tile = program_tile(p_work, width)
     if doc < 0:
         return
@@ -193,17 +206,18 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_krec,
         p_cols = (p_qt + o_qt, p_dott + o_qt)
         p_rec_h = p_rec + (h_q * total_q + q_start) * 4
         p_dqa_h = p_dqa + o_qd
+        rng = (seed, h_q * total_q + q_start, k_start, total_k)
         for j in range(full_lo, full_hi):
             acc_dk, acc_dv = _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, j * BM, p_rows, p_cols, p_rec_h,
                                         p_dote + o_qe, p_dqa_h, geo, span_q, heads_q, tq_t,
-                                        forward_diagonal(j * BM, k0, geo, FBM, FBN), D, BM,
-                                        False, DQ_ATOMIC, CODES, P4, INTERPRET)
+                                        forward_diagonal(j * BM, k0, geo, FBM, FBN), rng, D, BM,
+                                        False, DQ_ATOMIC, CODES, P4, GRAD4, INTERPRET)
         for t in range(0, (full_lo - lo) + (hi - full_hi)):
             i0 = masked_step(t, lo, full_lo, full_hi) * BM
             acc_dk, acc_dv = _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_rec_h,
                                         p_dote + o_qe, p_dqa_h, geo, span_q, heads_q, tq_t,
-                                        forward_diagonal(i0, k0, geo, FBM, FBN), D, BM,
-                                        True, DQ_ATOMIC, CODES, P4, INTERPRET)
+                                        forward_diagonal(i0, k0, geo, FBM, FBN), rng, D, BM,
+                                        True, DQ_ATOMIC, CODES, P4, GRAD4, INTERPRET)
     o_out = o_kv + o_k.to(tl.int64)[:, None] * (heads_kv * D) + tl.arange(0, D)[None, :]  # [BN, D]
     # [BN, D]: 2^-eK 2^(eK - eV) of the payload, times the softmax scale, then rotated back
     b_dk = rotate(mul_rn(acc_dk, (scale * key[3])[:, None], INTERPRET), inv_sqrt_d, ROTATE_STAGES)
@@ -212,21 +226,31 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_krec,
 
 
 @triton.jit
-def _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt, p_krec, n_k, geo, span_k, heads_kv, tk_t, diag,
+def _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt, p_krec, n_k, geo, span_k, heads_kv, tk_t, diag, diag_k,
+             rng,
              D: tl.constexpr, BN: tl.constexpr, SCALE_BLOCK: tl.constexpr, MASK: tl.constexpr,
-             CODES: tl.constexpr, P4: tl.constexpr, INTERPRET: tl.constexpr):
+             CODES: tl.constexpr, P4: tl.constexpr, GRAD4: tl.constexpr, INTERPRET: tl.constexpr):
     """One key step [k0, k0 + BN) of a query tile: acc [BM, D] += its dQ payload. b_q, b_do:
     [BM, D] codes; qx: the scores' row factor s2 2^eQ and qry: ``query_factors``'s second
     part, [BM]; o_i: [BM] query positions; p_rows = (K^, V^)
     row-major, p_kt K^T transposed (row stride tk_t) and p_krec (``key_records``, read once per
     scale block of SCALE_BLOCK keys, ``block_key_records``; n_k: the keys it holds from there):
     all at the document's first key (column) and the KV head; span_k: the document's transposed
-    span; diag: the step lies in a diagonal forward tile (``forward_diagonal``; P4 only)."""
+    span; diag: the step lies in a diagonal forward tile (``forward_diagonal``; P4 only). GRAD4
+    and rng: the all-4-bit route's G (``_add_row_scaled_mma``, ``grad_words``); its steps on
+    diagonal dQ tiles (diag_k) read K^T with per-key scales: p_kt = (K^T, that K^T) there."""
     p_k, p_v = p_rows
     o_k = k0 + tl.arange(0, BN)  # [BN] key positions
     m_k = o_k < geo[1]
     b_k = _load_rows(p_k, o_k, m_k, heads_kv * D, D, MASK)  # [BN, D]
     b_v = _load_rows(p_v, o_k, m_k, heads_kv * D, D, MASK)  # [BN, D]
+    b_word = None
+    if GRAD4 > 0:
+        p_kt, p_ktd = p_kt
+        if diag_k:
+            p_kt = p_ktd
+        if GRAD4 == 2:
+            b_word = grad_words(rng, o_i, o_k, 0, 0)  # [BM, BN]
     b_kt = _load_cols(p_kt, o_k, span_k, tk_t, D, MASK)  # [D, BN]
     # Keys past the document (masked steps only) take a neighbour's factors: their P and G are 0.
     kf, vf = record_factors(block_key_records(p_krec, k0, tl.arange(0, BN), n_k, SCALE_BLOCK, BN))
@@ -235,19 +259,20 @@ def _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt, p_krec, n_k, geo, s
     b_dp = mma(b_do, tl.trans(b_v), b_zero, INTERPRET)  # [BM, BN] dP before its factors
     _, b_g = grad_scores(b_s, b_dp, qx, kf, qry, vf, o_i, o_k, geo, 0, MASK, CODES, INTERPRET,
                          P4=P4, DIAG=diag)  # [BM, BN] payload G
-    return _add_row_scaled_mma(acc, b_g, tl.trans(b_kt), CODES, INTERPRET)
+    return _add_row_scaled_mma(acc, b_g, tl.trans(b_kt), CODES, INTERPRET, GRAD4, b_word)
 
 
 @triton.jit
 def _dq_kernel(p_q, p_k, p_kt, p_v, p_do, p_rec, p_krec, p_cu_q, p_cu_k, p_cu_qt, p_cu_kt, p_work, width, p_dq,
                s2, scale,
-               inv_sqrt_d, wl, wr, total_q, total_k, heads_q, tk_t, GROUP: tl.constexpr,
+               inv_sqrt_d, wl, wr, total_q, total_k, heads_q, tk_t, p_ktd, seed, GROUP: tl.constexpr,
                D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, SCALE_BLOCK: tl.constexpr,
                ROTATE_STAGES: tl.constexpr, CODES: tl.constexpr, P4: tl.constexpr, FBM: tl.constexpr,
-               FBN: tl.constexpr, INTERPRET: tl.constexpr):
+               FBN: tl.constexpr, GRAD4: tl.constexpr, INTERPRET: tl.constexpr):
     """Program ((document, query tile), query head): dQ [BM, D] of the tile in p_dq's dtype
     (rotated back when ROTATE_STAGES > 0). The work list puts long documents first and, in
-    each, the last tile: under a causal mask it sees the most keys."""
+    each, the last tile: under a causal mask it sees the most keys. GRAD4 (``_dq_step``'s):
+    p_ktd, K^T with per-key scales laid out as p_kt, and the Philox seed (None when unused)."""
     doc, tile = program_tile(p_work, width)
     if doc < 0:
         return
@@ -267,20 +292,26 @@ def _dq_kernel(p_q, p_k, p_kt, p_v, p_do, p_rec, p_krec, p_cu_q, p_cu_k, p_cu_qt
     qx = s2 * qg  # s2 rides on the query's factor, fixed for the whole tile
     o_kv = (k_start * heads_kv + h_k) * D
     p_rows = (p_k + o_kv, p_v + o_kv)
-    p_kt_doc = p_kt + h_k * D * tk_t + k_start_t
+    o_kt = h_k * D * tk_t + k_start_t
+    p_kt_doc = p_kt + o_kt
+    if GRAD4 > 0:
+        p_kt_doc = (p_kt_doc, p_ktd + o_kt)
+    rng = (seed, h_q * total_q + q_start, k_start, total_k)
     p_krec_doc = p_krec + h_k * total_k + k_start
     # Query i sees the keys k with i + off - wl <= k <= i + off + wr.
     lo, hi, full_lo, full_hi = step_range(i0, len_q, len_k, len_k - len_q, wl, wr, BM, BN)
     acc = tl.zeros([BM, D], dtype=tl.float32)
     for j in range(full_lo, full_hi):
         acc = _dq_step(acc, b_q, b_do, qx, qry, o_i, j * BN, p_rows, p_kt_doc, p_krec_doc, total_k - k_start, geo,
-                       span_k, heads_kv, tk_t, forward_diagonal(i0, j * BN, geo, FBM, FBN), D, BN, SCALE_BLOCK,
-                       False, CODES, P4, INTERPRET)
+                       span_k, heads_kv, tk_t, forward_diagonal(i0, j * BN, geo, FBM, FBN),
+                       forward_diagonal(i0, j * BN, geo, BM, BN), rng, D, BN, SCALE_BLOCK,
+                       False, CODES, P4, GRAD4, INTERPRET)
     for t in range(0, (full_lo - lo) + (hi - full_hi)):
         k0 = masked_step(t, lo, full_lo, full_hi) * BN
         acc = _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt_doc, p_krec_doc, total_k - k_start, geo,
-                       span_k, heads_kv, tk_t, forward_diagonal(i0, k0, geo, FBM, FBN), D, BN, SCALE_BLOCK,
-                       True, CODES, P4, INTERPRET)
+                       span_k, heads_kv, tk_t, forward_diagonal(i0, k0, geo, FBM, FBN),
+                       forward_diagonal(i0, k0, geo, BM, BN), rng, D, BN, SCALE_BLOCK,
+                       True, CODES, P4, GRAD4, INTERPRET)
     # 2^-eQ of dQ's code scale, exact before the softmax scale's one rounding (NUMERICS.md 4)
     acc = acc * reciprocal_pow2(qg)[:, None]
     store_dq(p_dq, acc, q_start + o_i, tl.arange(0, D), m_i, h_q, heads_q, scale, inv_sqrt_d, ROTATE_STAGES, INTERPRET)
@@ -306,12 +337,18 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
                        out_dtype: torch.dtype = torch.float32,
                        key_rec: torch.Tensor | None = None, records: torch.Tensor | None = None,
                        dkdv_work: torch.Tensor | None = None, dq_work: torch.Tensor | None = None,
-                       p4: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                       p4: int = 0, grad4: int = 0, k_codes_t_diag: torch.Tensor | None = None,
+                       seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dQ, dK, dV of the MXFP8 or BF16 route (NUMERICS.md 4), with dQ and dK rotated back by the
     Hadamard transform when ``rotate`` (Q and K were rotated), in the kernels' epilogues. The
     mixed NVFP4 route (NUMERICS.md 6): q_codes and k_codes are its bfloat16 score codes, every
     other code E4M3, and p4 rebuilds the forward's 4-bit P (``configs.p4_mode``: 1 off its
-    diagonal tiles, 2 on every tile with group maxima over masked keys too).
+    diagonal tiles, 2 on every tile with group maxima over masked keys too). The all-4-bit route
+    (NUMERICS.md 6): bfloat16 codes throughout with every scale folded in (exponents 0), p4 = 3
+    (or 2), grad4 (``configs.grad_mode``: G to E2M1 in groups of 16, 1 nearest, 2 stochastic
+    from Philox words of ``seed``) and k_codes_t_diag: K^T with one power-of-two scale per key,
+    laid out as k_codes_t, which the diagonal dQ tiles multiply instead; it runs the Triton
+    kernels (``tiles.dkdv_gluon``, ``dq_gluon`` and ``dq_atomic`` False).
 
     Codes are float8_e4m3fn (MXFP8) or bfloat16 (BF16, every exponent 0), one dtype: q_codes,
     do_codes [Tq, Hq, D]; k_codes, v_codes [Tk, Hkv, D]; q_codes_t, dot_codes_t [Hq, D, Tq_t] and
@@ -348,10 +385,17 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     tq_t, tk_t = transposed_extent(tq, num_docs), transposed_extent(tk, num_docs)
     fmt, scores = format_of(q_codes_t), format_of(q_codes)
     codes, i8, i32 = fmt.torch_dtype, torch.int8, torch.int32
-    if p4 and (fmt != E4M3 or tiles.fwd_block_n % tiles.bwd_block_n or tiles.fwd_block_m % tiles.bwd_block_m
-               or tiles.fwd_block_m % tiles.dq_block_m or tiles.fwd_block_n % tiles.dq_block_n):
-        raise ValueError(f"p4: 4-bit P needs E4M3 codes (got {codes}) and backward tiles that nest in the forward's "
-                         f"(got {tiles})")
+    if p4 and ((fmt != E4M3 and not grad4) or tiles.fwd_block_n % tiles.bwd_block_n
+               or tiles.fwd_block_m % tiles.bwd_block_m or tiles.fwd_block_m % tiles.dq_block_m
+               or tiles.fwd_block_n % tiles.dq_block_n):
+        raise ValueError(f"p4: 4-bit P needs E4M3 codes or the all-4-bit route's (got {codes}, grad4={grad4}) and "
+                         f"backward tiles that nest in the forward's (got {tiles})")
+    if grad4 not in (0, 1, 2):
+        raise ValueError(f"grad4: 0, 1 (E2M1 G, nearest) or 2 (stochastic), got {grad4}")
+    if grad4 and (fmt != BF16 or k_codes_t_diag is None or p4 not in (2, 3) or tiles.dkdv_gluon
+                  or tiles.dq_gluon or tiles.dq_atomic or min(tiles.bwd_block_m, tiles.dq_block_n) % 16):
+        raise ValueError(f"grad4: the all-4-bit route takes bfloat16 codes (got {codes}), k_codes_t_diag, 4-bit P "
+                         f"on every tile (p4 2 or 3, got {p4}) and the Triton kernels on steps of 16 (got {tiles})")
     for name, x, dtype, shape in (
             ("q_codes", q_codes, scores.torch_dtype, (tq, hq, d)), ("q_codes_t", q_codes_t, codes, (hq, d, tq_t)),
             ("q_exps", q_exps, i8, (tq, hq)), ("k_codes", k_codes, scores.torch_dtype, (tk, hkv, d)),
@@ -363,8 +407,11 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
             ("ro", ro, torch.float32, (hq, tq)), ("pv", pv, i32, (tq, hkv)),
             ("cu_seqlens_q", cu_seqlens_q, i32, (num_docs + 1,)), ("cu_seqlens_k", cu_seqlens_k, i32, (num_docs + 1,)),
             ("cu_seqlens_q_t", cu_seqlens_q_t, i32, (num_docs + 1,)),
-            ("cu_seqlens_k_t", cu_seqlens_k_t, i32, (num_docs + 1,))):
+            ("cu_seqlens_k_t", cu_seqlens_k_t, i32, (num_docs + 1,)),
+            *([("k_codes_t_diag", k_codes_t_diag, codes, (hkv, d, tk_t))] if grad4 else [])):
         check_operand(name, x, dtype, shape)
+    if grad4 == 2 and not 0 <= seed < 1 << 64:
+        raise ValueError(f"seed: must be in [0, 2^64), got {seed}")
     dev = q_codes.device
     dq = torch.empty((tq, hq, d), dtype=out_dtype, device=dev)
     dk, dv = (torch.empty((tk, hkv, d), dtype=out_dtype, device=dev) for _ in range(2))
@@ -378,6 +425,8 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
                 total_q=tq, total_k=tk, heads_q=hq, GROUP=hq // hkv, D=d,
                 ROTATE_STAGES=d.bit_length() - 1 if rotate else 0, CODES=fmt.codes, P4=p4, FBM=tiles.fwd_block_m,
                 FBN=tiles.fwd_block_n, INTERPRET=interpreting())
+    # the all-4-bit route's G rounding, for the Triton kernels (the seed specialized away when unused)
+    rounding = dict(seed=seed if grad4 == 2 else None, GRAD4=grad4)
     # dq_atomic: the dK/dV kernel adds every dQ payload into an fp32 [Tq, Hq, D] buffer
     # (zeroed here, inside the captured call), which one more pass scales and stores.
     dq_sums = torch.zeros((tq, hq, d), dtype=torch.float32, device=dev) if tiles.dq_atomic else dq
@@ -404,7 +453,7 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
                records, key_rec, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, dkdv_work,
                dkdv_work.shape[1], dk, dv, dq_sums, tq_t=tq_t, tk_t=tk_t, BM=tiles.bwd_block_m, BN=tiles.bwd_block_n,
                SCALE_BLOCK=scale_block, DQ_ATOMIC=tiles.dq_atomic, num_warps=tiles.bwd_warps,
-               num_stages=tiles.bwd_stages, **args)
+               num_stages=tiles.bwd_stages, **args, **rounding)
     if tiles.dq_atomic:
         grid = (cdiv(tq, tiles.dq_block_m), hq)
         # the dQ kernel's epilogue constants, from the same dict
@@ -424,6 +473,6 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
         return dq, dk, dv
     launch(_dq_kernel, grid, q_codes, k_codes, k_codes_t, v_codes, do_codes, records, key_rec, cu_seqlens_q,
            cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, dq_work, dq_work.shape[1], dq, tk_t=tk_t,
-           BM=tiles.dq_block_m, BN=tiles.dq_block_n, SCALE_BLOCK=scale_block, num_warps=tiles.dq_warps,
-           num_stages=tiles.dq_stages, **args)
+           p_ktd=k_codes_t_diag, BM=tiles.dq_block_m, BN=tiles.dq_block_n, SCALE_BLOCK=scale_block,
+           num_warps=tiles.dq_warps, num_stages=tiles.dq_stages, **args, **rounding)
     return dq, dk, dv

@@ -37,17 +37,18 @@ HEAD_DIMS = (64, 128)
 
 
 @triton.jit
-def _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k, p_vt, p_krec, k_lo, b_first, b_last,
+def _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k, p_vt, p_vtd, p_krec, k_lo, b_first, b_last,
                  n_k, n_vt, heads_kv, tk_t, diag, len_k,
                  TAU: tl.constexpr, D: tl.constexpr, BN: tl.constexpr, MASK: tl.constexpr,
                  CODES: tl.constexpr, P4: tl.constexpr, P4_SUM: tl.constexpr, APPROX_EXP: tl.constexpr,
-                 INTERPRET: tl.constexpr):
+                 ALL4: tl.constexpr, INTERPRET: tl.constexpr):
     """One key tile, steps 1-7 of NUMERICS.md 3. p_k, p_vt, p_krec point at the
     document's first key (K^ row, V^T column, ``key_records``); k_lo: the tile's first key position
     in the document; b_first, b_last [BM]: each row's visible keys (MASK tiles only);
     n_k, n_vt: keys that K^ and V^T hold from the document's first one (load bounds);
-    tk_t: V^T's row stride; diag: whether the tile is diagonal (``diagonal_tile``; P4 only);
-    len_k: the document's keys.
+    tk_t: V^T's row stride; diag: whether the tile is diagonal (``diagonal_tile``; P4 and
+    ALL4 only); len_k: the document's keys. ALL4: the all-4-bit route, whose diagonal tiles
+    read V^T with per-key scales from p_vtd (laid out as p_vt).
     Returns the updated (acc [BM, D], l [BM], m [BM])."""
     o_n = k_lo + tl.arange(0, BN)                                   # [BN] key positions
     o_d = tl.arange(0, D)
@@ -58,6 +59,9 @@ def _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k, p_vt, p_krec, k_lo, b_fi
     # next document's, or V^T's zero columns) whose P is zero. V^T's bound and its document
     # start, multiples of 16, keep the mask constant over 16-byte vectors.
     b_k = maybe_masked_load(p_k + o_tok[:, None] * (heads_kv * D) + o_d[None, :], m_k[:, None], 0.0, MASK)  # [BN, D]
+    if ALL4:
+        if diag:
+            p_vt = p_vtd
     p_vt_tile = p_vt + o_d[:, None].to(tl.int64) * tk_t + o_tok[None, :]
     b_vt = maybe_masked_load(p_vt_tile, (o_n < n_vt)[None, :], 0.0, MASK)  # [D, BN]
     b_kf, b_vf = packed_key_factors(p_krec, o_n, m_k, MASK)         # [BN] fp32 2^eK, 2^eV
@@ -80,14 +84,15 @@ def _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k, p_vt, p_krec, k_lo, b_fi
 @triton.jit
 def _attn_fwd_kernel(p_q, p_qe, p_k, p_vt, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt, p_work, width,
                      p_o, p_lse, p_mo, p_ro,
-                     total_q, total_k, tk_t, heads_q, heads_kv, s2, window_left, window_right,
+                     total_q, total_k, tk_t, heads_q, heads_kv, s2, window_left, window_right, p_vtd,
                      TAU: tl.constexpr, SIGMA: tl.constexpr, D: tl.constexpr,
                      BM: tl.constexpr, BN: tl.constexpr, CODES: tl.constexpr, P4: tl.constexpr,
                      P4_SUM: tl.constexpr, DIAG_BM: tl.constexpr, APPROX_EXP: tl.constexpr,
-                     INTERPRET: tl.constexpr):
+                     ALL4: tl.constexpr, INTERPRET: tl.constexpr):
     """One ((document, query tile), query head) program; see the module docstring. P4, P4_SUM,
     APPROX_EXP: ``fwd_math.scores_to_codes``'; DIAG_BM: the query rows over which the 4-bit P decides
-    diagonal tiles (BM, or a multiple: the ``fwd_diag_block_m`` ablation)."""
+    diagonal tiles (BM, or a multiple: the ``fwd_diag_block_m`` ablation); ALL4, p_vtd:
+    ``_attend_tile``'s (p_vtd None otherwise)."""
     doc, tile = program_tile(p_work, width)  # longest documents, and their last tiles, first
     if doc < 0:
         return
@@ -105,7 +110,11 @@ def _attn_fwd_kernel(p_q, p_qe, p_k, p_vt, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt
 
     k_row = k_start.to(tl.int64)
     p_k_doc = p_k + (k_row * heads_kv + hk) * D
-    p_vt_doc = p_vt + hk.to(tl.int64) * D * tk_t + k_start_t.to(tl.int64)
+    o_vt_doc = hk.to(tl.int64) * D * tk_t + k_start_t.to(tl.int64)
+    p_vt_doc = p_vt + o_vt_doc
+    p_vtd_doc = p_vtd
+    if ALL4:
+        p_vtd_doc = p_vtd + o_vt_doc
     p_krec_doc = p_krec + hk.to(tl.int64) * total_k + k_row
     b_acc = tl.zeros([BM, D], tl.float32)
     b_l = tl.zeros([BM], tl.float32)
@@ -116,10 +125,10 @@ def _attn_fwd_kernel(p_q, p_qe, p_k, p_vt, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt
     for run in tl.static_range(3):
         for t in range(t_runs[run], t_runs[run + 1]):
             diag = diagonal_tile(t, i0 // DIAG_BM * DIAG_BM, len_q, len_k, off, wl, wr, DIAG_BM, BN)
-            b_acc, b_l, b_m = _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k_doc, p_vt_doc, p_krec_doc,
-                                           t * BN, b_first, b_last, total_k - k_start, tk_t - k_start_t,
+            b_acc, b_l, b_m = _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k_doc, p_vt_doc, p_vtd_doc,
+                                           p_krec_doc, t * BN, b_first, b_last, total_k - k_start, tk_t - k_start_t,
                                            heads_kv, tk_t, diag, len_k,
-                                           TAU, D, BN, run != 1, CODES, P4, P4_SUM, APPROX_EXP, INTERPRET)
+                                           TAU, D, BN, run != 1, CODES, P4, P4_SUM, APPROX_EXP, ALL4, INTERPRET)
 
     b_ro, b_lse, b_m = finish_rows(b_l, b_m, b_pv, SIGMA)
     b_o = to_output(b_acc * b_ro[:, None], tl.bfloat16, INTERPRET)
@@ -134,7 +143,8 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
                       cu_seqlens_k_t, *, causal: bool, window_size: tuple[int, int], softmax_scale: float, tau: int,
                       sigma: int, scale_block: int, tiles: AttnTiles, key_rec: torch.Tensor | None = None,
                       work: torch.Tensor | None = None, p4: int = 0, p4_sum: bool = False,
-                      diag_block_m: int | None = None, approx_exp: bool = False):
+                      diag_block_m: int | None = None, approx_exp: bool = False,
+                      v_codes_t_diag: torch.Tensor | None = None):
     """The forward on quantized operands (NUMERICS.md 3), in the codes' format: float8_e4m3fn
     (MXFP8) or bfloat16 (the BF16 recipe: every exponent 0). The mixed NVFP4 route
     (NUMERICS.md 6) gives bfloat16 Q and K codes (NVFP4 values times 2^-2) beside E4M3 V
@@ -142,7 +152,11 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
     (None: ``tiles.fwd_block_m``; a multiple of it for the ``fwd_diag_block_m`` ablation); 2:
     on every tile, its group maxima over masked keys too (``p4_scale_before_mask``); p4_sum:
     l adds the 4-bit values (``p4_sum_quantized``); approx_exp: P from Schraudolph's
-    exponential (``fwd_approx_exp``).
+    exponential (``fwd_approx_exp``). The all-4-bit route (NUMERICS.md 6) gives bfloat16 codes
+    throughout, every value with its scales folded in and every exponent 0, p4 = 3 (4-bit P on
+    every tile) or 2, and v_codes_t_diag: V^T with one power-of-two scale per key, laid out as
+    v_codes_t, which the diagonal tiles multiply instead; it runs the Triton kernel
+    (``tiles.fwd_gluon`` False).
 
     q_codes [Tq, Hq, D] codes, q_exps [Tq, Hq] int8; k_codes [Tk, Hkv, D]
     codes (q_codes' dtype), k_exps [Tk, Hkv] int8; v_codes_t [Hkv, D, Tk_t] codes (V^T, tokens
@@ -169,13 +183,19 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
     num_docs = cu_seqlens_q.shape[0] - 1
     tk_t = transposed_extent(tk, num_docs)
     fmt, scores = format_of(v_codes_t), format_of(q_codes)
-    if p4 and fmt != E4M3:
-        raise ValueError(f"p4: 4-bit P multiplies E4M3 V codes, got v_codes_t of {v_codes_t.dtype}")
+    all4 = v_codes_t_diag is not None
+    if p4 and fmt != E4M3 and not all4:
+        raise ValueError(f"p4: 4-bit P multiplies E4M3 V codes, or the all-4-bit route's with v_codes_t_diag, got "
+                         f"v_codes_t of {v_codes_t.dtype}")
+    if all4 and (p4 not in (2, 3) or tiles.fwd_gluon):
+        raise ValueError(f"v_codes_t_diag: the all-4-bit route takes 4-bit P on every tile (p4 2 or 3, got {p4}) "
+                         f"and the Triton kernel (tiles.fwd_gluon False, got {tiles.fwd_gluon})")
     codes, i8, i32 = fmt.torch_dtype, torch.int8, torch.int32
     for name, x, dtype, shape in (
             ("q_codes", q_codes, scores.torch_dtype, (tq, hq, d)), ("q_exps", q_exps, i8, (tq, hq)),
             ("k_codes", k_codes, scores.torch_dtype, (tk, hkv, d)), ("k_exps", k_exps, i8, (tk, hkv)),
             ("v_codes_t", v_codes_t, codes, (hkv, d, tk_t)), ("v_exps", v_exps, i8, (tk, hkv)),
+            *([("v_codes_t_diag", v_codes_t_diag, codes, (hkv, d, tk_t))] if all4 else []),
             ("pv", pv, i32, (tq, hkv)),
             ("cu_seqlens_q", cu_seqlens_q, i32, (num_docs + 1,)), ("cu_seqlens_k", cu_seqlens_k, i32, (num_docs + 1,)),
             ("cu_seqlens_k_t", cu_seqlens_k_t, i32, (num_docs + 1,))):
@@ -208,6 +228,6 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
         launch(attn_fwd_gluon_kernel, grid, q_desc, q_exps, k_desc, vt_desc, *rest, STAGES=tiles.fwd_stages,
                SCALE_BLOCK=scale_block, SCORE_CODES=scores.codes, **common)
     else:
-        launch(_attn_fwd_kernel, grid, q_codes, q_exps, k_codes, v_codes_t, *rest, INTERPRET=interpreting(),
-               num_stages=tiles.fwd_stages, **common)
+        launch(_attn_fwd_kernel, grid, q_codes, q_exps, k_codes, v_codes_t, *rest, p_vtd=v_codes_t_diag,
+               ALL4=all4, INTERPRET=interpreting(), num_stages=tiles.fwd_stages, **common)
     return out, lse, m, ro

@@ -54,12 +54,39 @@ def tile_positions(o_i, o_k, Q_AXIS: tl.constexpr):
 
 
 @triton.jit
+def grad_words(rng, o_i, o_k, Q_AXIS: tl.constexpr, WORD: tl.constexpr):
+    """uint32 Philox words [tile] that round the all-4-bit route's G stochastically
+    (NUMERICS.md 6): word WORD (0: G in dQ, 1: G in dK) of ``tl.randint4x(seed, (h Tq + i) Tk
+    + j)`` for packed query row i and key j, bit for bit ``formats.philox``'s. o_i, o_k: query
+    and key positions [N] in the document, broadcast as ``tile_positions``; rng = (seed,
+    h Tq + the document's first query row, its first key row, Tk), int64 but the seed."""
+    seed, row0, key0, total_k = rng
+    t_i, t_k = tile_positions(o_i, o_k, Q_AXIS)
+    w0, w1, _, _ = tl.randint4x(seed, (row0 + t_i.to(tl.int64)) * total_k + (key0 + t_k.to(tl.int64)))
+    if WORD == 0:
+        w = w0
+    else:
+        w = w1
+    return w
+
+
+@triton.jit
 def forward_diagonal(i0, k0, geo, FBM: tl.constexpr, FBN: tl.constexpr):
     """Whether a backward tile from query i0 and key k0 lies in a diagonal tile of the
     forward's FBM x FBN tiles (``fwd_math.diagonal_tile``), where the mixed route kept E4M3
     P; the backward's tiles nest in the forward's (``AttnTiles`` checks it). geo: ``visible``'s."""
     len_q, len_k, wl, wr = geo
     return diagonal_tile(k0 // FBN, i0 // FBM * FBM, len_q, len_k, len_k - len_q, wl, wr, FBM, FBN)
+
+
+@triton.jit
+def _visible_p4(b_p, o_i, o_k, geo, Q_AXIS: tl.constexpr, MASK, TO_LAYOUT: tl.constexpr, TILE: tl.constexpr):
+    """4-bit P (``fwd_math.p4_values``) of b_p with group maxima over the visible keys: a
+    masked key's p is not zero here, so MASK zeroes it first."""
+    if MASK:
+        t_i, t_k = tile_positions(o_i, o_k, Q_AXIS)
+        b_p = tl.where(visible(t_i, t_k, geo), b_p, 0.0)
+    return p4_values(b_p, b_p, False, 1 - Q_AXIS, TO_LAYOUT, TILE)
 
 
 @triton.jit
@@ -79,7 +106,8 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
     runtime flag in the Gluon dQ kernel). P4 (``fwd_math.p4_values``; TO_LAYOUT and TILE as
     there): 0 none; 1 the mixed route's 4-bit P where DIAG (the tile lies in a diagonal
     forward tile, ``fwd_math.diagonal_tile``) is false, its group maxima over the visible
-    keys; 2 the leaking ablation's, on every tile with group maxima over the in-bounds keys.
+    keys; 2 the leaking ablation's, on every tile with group maxima over the in-bounds keys;
+    3 the all-4-bit route's, on every tile with group maxima over the visible keys.
     Returns (P^ in the operand format CODES, payload fp32), tile shape. With W = fp32(fp32(Pd 2^(eV + eQ)) (dP - D))
     (dS 2^(eV + eQ): NUMERICS.md 4's dS rounded at the same places), the payload is
     G = W 2^(eK - eV) in the dQ orientation and W^T in the dK/dV one, whose key factors are
@@ -107,10 +135,9 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
         b_p = p4_values(b_p, b_src, True, K_AXIS, TO_LAYOUT, TILE)
     elif P4 == 1:
         if not DIAG:  # one branch per step: tiles of diagonal forward tiles keep E4M3 P
-            if MASK:  # the group maxima see no masked key, whose p is not zero here
-                t_i, t_k = tile_positions(o_i, o_k, Q_AXIS)
-                b_p = tl.where(visible(t_i, t_k, geo), b_p, 0.0)
-            b_p = p4_values(b_p, b_p, False, K_AXIS, TO_LAYOUT, TILE)
+            b_p = _visible_p4(b_p, o_i, o_k, geo, Q_AXIS, MASK, TO_LAYOUT, TILE)
+    elif P4 == 3:
+        b_p = _visible_p4(b_p, o_i, o_k, geo, Q_AXIS, MASK, TO_LAYOUT, TILE)
     # Pd comes from the fp32 value on the E4M3 grid, not from converting the fp8 codes back:
     # Triton 3.6 converts an fp8 tensor that also feeds a wgmma as its A operand to fp32 as
     # garbage (NaN dK, different from run to run).

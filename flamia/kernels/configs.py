@@ -36,24 +36,39 @@ class Route:
     """The formats of one recipe's kernels: ``codes`` of V, dO, P, G and the transposed Q and
     K; ``scores``, the row codes of Q and K in S = Q K^T; ``p4``: P is 4-bit off the diagonal
     tiles (NUMERICS.md 6). The mixed NVFP4 route multiplies its scores' NVFP4 values in BF16
-    (Hopper has no FP4 MMA) and everything else as the MXFP8 route does."""
+    (Hopper has no FP4 MMA) and everything else as the MXFP8 route does. ``all4``: the
+    all-4-bit route, every operand decoded to BF16 with its scales folded in (exponents 0):
+    4-bit P on every tile, V (in P V) and K (in dQ) with per-key scales on diagonal tiles, G
+    rounded to E2M1 in groups of 16 (``grad_mode``)."""
 
     codes: OperandFormat
     scores: OperandFormat
     p4: bool = False
+    all4: bool = False
 
 
 # the recipes the kernels run
-ROUTES = {"mxfp8": Route(E4M3, E4M3), "bf16": Route(BF16, BF16), "nvfp4": Route(E4M3, BF16, p4=True)}
+ROUTES = {"mxfp8": Route(E4M3, E4M3), "bf16": Route(BF16, BF16), "nvfp4": Route(E4M3, BF16, p4=True),
+          "fp4": Route(BF16, BF16, p4=True, all4=True)}
 
 
 def p4_mode(recipe, forward: bool) -> int:
     """The kernels' P4 for a recipe (a ``flamia.Recipe`` the kernels run) in one direction: 0
     no 4-bit P (also the backward of ``fwd_p4_bwd_p8``); 1 off the diagonal tiles; 2 on every
-    tile with group maxima over masked keys too (``p4_scale_before_mask``)."""
-    if not ROUTES[recipe.name].p4 or (not forward and recipe.fwd_p4_bwd_p8):
+    tile with group maxima over masked keys too (``p4_scale_before_mask``); 3 on every tile,
+    group maxima over the visible keys (the all-4-bit route)."""
+    route = ROUTES[recipe.name]
+    if not route.p4 or (not forward and recipe.fwd_p4_bwd_p8):
         return 0
-    return 2 if recipe.p4_scale_before_mask else 1
+    return 2 if recipe.p4_scale_before_mask else 3 if route.all4 else 1
+
+
+def grad_mode(recipe) -> int:
+    """The kernels' GRAD4 for a recipe: 0 G in the operand format; 1 E2M1 in groups of 16,
+    nearest; 2 E2M1 in groups of 16, stochastic (``Recipe.rounds_grad_stochastically``)."""
+    if not ROUTES[recipe.name].all4:
+        return 0
+    return 2 if recipe.rounds_grad_stochastically else 1
 
 
 def format_of(codes: torch.Tensor) -> OperandFormat:
@@ -176,11 +191,15 @@ TILES = {64: TILES_D64, 128: AttnTiles(**asdict(numerics_tiles(128)))}
 # BF16 codes take twice E4M3's shared memory and register A operands; the numerics tiles stay
 # (the emulator's), the stages and the d=64 register cap fit them (docs/PERFORMANCE.md).
 BF16_TILES = {64: replace(TILES_D64, dkdv_maxnreg=None), 128: replace(TILES[128], fwd_stages=2)}
+# The all-4-bit route runs the Triton kernels on the GPU too: its per-key operands on diagonal
+# tiles and its E2M1 G live there only.
+ALL4_TILES = {d: replace(t, fwd_gluon=False, dq_gluon=False, dkdv_gluon=False) for d, t in BF16_TILES.items()}
 QUANTIZER = QuantizerTiles()
 SUPPORTED_HEAD_DIMS = tuple(TILES)
 
 
-def tiles_for(head_dim: int, fmt: OperandFormat = E4M3) -> AttnTiles:
+def tiles_for(head_dim: int, fmt: OperandFormat = E4M3, all4: bool = False) -> AttnTiles:
+    """The tiles of the kernels at head_dim for codes of format fmt (``all4``: the all-4-bit route)."""
     if head_dim not in TILES:
         raise ValueError(f"head_dim: the kernels support {SUPPORTED_HEAD_DIMS}, got {head_dim}")
-    return (BF16_TILES if fmt == BF16 else TILES)[head_dim]
+    return (ALL4_TILES if all4 else BF16_TILES if fmt == BF16 else TILES)[head_dim]

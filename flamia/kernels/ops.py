@@ -1,5 +1,5 @@
-"""The MXFP8, BF16 and mixed NVFP4 training calls on the GPU as two functions, forward and
-backward, for the custom ops of ``flamia/ops.py``: quantize -> forward, then quantize dO ->
+"""The MXFP8, BF16, mixed NVFP4 and all-4-bit training calls on the GPU as two functions, forward
+and backward, for the custom ops of ``flamia/ops.py``: quantize -> forward, then quantize dO ->
 backward; 8 launches in all (plan, Q and K, V, PV, forward; dO, dK/dV, dQ).
 
 Glue only: every launch lives in plan.py, quantize.py, prefix.py, attn_fwd.py and attn_bwd.py. Nothing here reads
@@ -16,11 +16,12 @@ import torch
 from ..spec import AttnSpec
 from .attn_bwd import attention_backward
 from .attn_fwd import attention_forward
-from .configs import ROUTES, p4_mode, tiles_for
+from .configs import ROUTES, grad_mode, p4_mode, tiles_for
 from .layout import transposed_extent
 from .plan import build_plan, plan_layout
 from .prefix import prefix_v_exponent
 from .quantize import quantize_grad_output, quantize_operand, quantize_pair
+from .quantize_fp4 import quantize_fp4_grad_output, quantize_fp4_operand, quantize_fp4_pair
 from . import replay
 from .launch import _device
 
@@ -31,7 +32,10 @@ class Residuals(NamedTuple):
     row-major Q and K codes are its bf16 score codes) and int8 exponents [T, H] of Q and K,
     V's codes and exponents, the transposed codes' document starts cu_qt, cu_kt (int32 [num_docs + 1]),
     the key records [Hkv, Tk] int32, the row statistics m, ro [Hq, Tq] fp32, PV [Tq, Hkv]
-    int32 and the call's work lists (``plan.build_plan``'s buffer, int32)."""
+    int32 and the call's work lists (``plan.build_plan``'s buffer, int32). The all-4-bit route's
+    codes are bfloat16 values with every scale folded in (exponents 0): Q, K and V row-major in
+    NVFP4, the transposed ones in 16-token groups, and k_codes_t_diag, K^T with per-key scales
+    (None on the other routes: ``tensors`` leaves it out)."""
 
     q_codes: torch.Tensor
     q_codes_t: torch.Tensor
@@ -48,6 +52,15 @@ class Residuals(NamedTuple):
     ro: torch.Tensor
     pv: torch.Tensor
     work: torch.Tensor
+    k_codes_t_diag: torch.Tensor | None = None
+
+    def tensors(self) -> list[torch.Tensor]:
+        """The fields that are tensors, in order: what a custom op returns and autograd saves."""
+        return [t for t in self if t is not None]
+
+
+def _tiles(route, head_dim: int):
+    return tiles_for(head_dim, route.codes, route.all4)
 
 
 def empty_residuals(q: torch.Tensor, k: torch.Tensor, spec: AttnSpec) -> Residuals:
@@ -55,7 +68,7 @@ def empty_residuals(q: torch.Tensor, k: torch.Tensor, spec: AttnSpec) -> Residua
     (tq, hq, d), (tk, hkv) = q.shape, k.shape[:2]
     num_docs = spec.cu_seqlens_q.shape[0] - 1
     route = ROUTES[spec.recipe.name]
-    plan = plan_layout(tq, tk, num_docs, tiles_for(d, route.codes))
+    plan = plan_layout(tq, tk, num_docs, _tiles(route, d))
     tq_t, tk_t = transposed_extent(tq, num_docs), transposed_extent(tk, num_docs)
     codes, scores = route.codes.torch_dtype, route.scores.torch_dtype
     i8, i32, f32 = torch.int8, torch.int32, torch.float32
@@ -67,7 +80,8 @@ def empty_residuals(q: torch.Tensor, k: torch.Tensor, spec: AttnSpec) -> Residua
                      new((tk, hkv, d), scores), new((hkv, d, tk_t), codes), new((tk, hkv), i8),
                      new((tk, hkv, d), codes), new((tk, hkv), i8),
                      new((num_docs + 1,), i32), new((num_docs + 1,), i32), new((hkv, tk), i32),
-                     new((hq, tq), f32), new((hq, tq), f32), new((tq, hkv), i32), new((plan.words,), i32))
+                     new((hq, tq), f32), new((hq, tq), f32), new((tq, hkv), i32), new((plan.words,), i32),
+                     new((hkv, d, tk_t), codes) if route.all4 else None)
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -79,7 +93,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     recipe, d = spec.recipe, q.shape[-1]
     route = ROUTES[recipe.name]
     fmt = route.codes
-    tiles, rotate, block = tiles_for(d, fmt), recipe.use_hadamard(d), recipe.scale_block
+    tiles, rotate, block = _tiles(route, d), recipe.use_hadamard(d), recipe.scale_block
     # Q^T and K^T are written now, in the launch that reads Q and K anyway: the backward's
     # dK = G^T Q^ and dQ = G K^ need them as K-major FP8 operands. The transposed codes'
     # document starts and every launch's work list come from one launch (Q's quantizer list
@@ -87,10 +101,15 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     # writes the key records. The mixed NVFP4 route's row-major Q and K codes are its scores'.
     plan = build_plan(spec.cu_seqlens_q, spec.cu_seqlens_k, q.shape[0], k.shape[0], tiles)
     k_work = plan.work("k_operand")
-    qq, kq = quantize_pair(q, k, spec.cu_seqlens_q, spec.cu_seqlens_k, block, rotate, plan.cu_qt, plan.cu_kt,
-                           plan.work("q_operand"), k_work, fmt, scores=route.scores != fmt)
-    vq = quantize_operand(v, spec.cu_seqlens_k, block, False, True, plan.cu_kt, work=k_work, key_exps=kq.exps,
-                          fmt=fmt)
+    if route.all4:  # K and V also with per-key scales, for the diagonal tiles
+        qq, kq = quantize_fp4_pair(q, k, spec.cu_seqlens_q, spec.cu_seqlens_k, rotate, plan.cu_qt, plan.cu_kt,
+                                   plan.work("q_operand"), k_work)
+        vq = quantize_fp4_operand(v, spec.cu_seqlens_k, False, True, plan.cu_kt, k_work, key_records=True)
+    else:
+        qq, kq = quantize_pair(q, k, spec.cu_seqlens_q, spec.cu_seqlens_k, block, rotate, plan.cu_qt, plan.cu_kt,
+                               plan.work("q_operand"), k_work, fmt, scores=route.scores != fmt)
+        vq = quantize_operand(v, spec.cu_seqlens_k, block, False, True, plan.cu_kt, work=k_work, key_exps=kq.exps,
+                              fmt=fmt)
     key_rec = vq.key_rec  # read by the forward and the backward's dQ
     pv = prefix_v_exponent(vq.exps, spec.cu_seqlens_q, spec.cu_seqlens_k, q.shape[0], spec.causal,
                            spec.window_size, block)
@@ -99,9 +118,11 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         vq.cu_seqlens_t, causal=spec.causal, window_size=spec.window_size,
         softmax_scale=spec.softmax_scale, tau=recipe.tau, sigma=recipe.sigma, scale_block=block, tiles=tiles,
         key_rec=key_rec, work=plan.work("fwd"), p4=p4_mode(recipe, forward=True), p4_sum=recipe.p4_sum_quantized,
-        diag_block_m=recipe.fwd_diag_block_m, approx_exp=recipe.fwd_approx_exp)
+        diag_block_m=recipe.fwd_diag_block_m, approx_exp=recipe.fwd_approx_exp,
+        v_codes_t_diag=vq.codes_t_diag if route.all4 else None)
     res = Residuals(qq.codes, qq.codes_t, qq.exps, kq.codes, kq.codes_t, kq.exps, vq.codes, vq.exps,
-                    plan.cu_qt, plan.cu_kt, key_rec, m, ro, pv, plan.buffer)
+                    plan.cu_qt, plan.cu_kt, key_rec, m, ro, pv, plan.buffer,
+                    kq.codes_t_diag if route.all4 else None)
     return out.to(q.dtype), lse, res
 
 
@@ -109,16 +130,19 @@ def backward(dout: torch.Tensor, out: torch.Tensor, res: Residuals,
              spec: AttnSpec) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq [Tq, Hq, D], dk, dv [Tk, Hkv, D] in dout's dtype from dO and the forward's out
     (any float dtype: its values are the kernel's bf16 output) and residuals."""
-    route = ROUTES[spec.recipe.name]
+    recipe, route = spec.recipe, ROUTES[spec.recipe.name]
     fmt = route.codes
-    tiles = tiles_for(out.shape[-1], fmt)
+    tiles = _tiles(route, out.shape[-1])
     num_docs = spec.cu_seqlens_q.shape[0] - 1
     plan = plan_layout(out.shape[0], res.k_codes.shape[0], num_docs, tiles)
     # The dO launch also writes the query records that both backward kernels read.
-    go = quantize_grad_output(dout.contiguous(), out.contiguous(), res.ro, spec.cu_seqlens_q,
-                              spec.recipe.scale_block, tiles.bwd_block_m, res.cu_qt,
-                              work=plan.view(res.work, "grad_out"), q_exps=res.q_exps, pv=res.pv, m=res.m,
-                              sigma=spec.recipe.sigma, fmt=fmt)
+    records = dict(work=plan.view(res.work, "grad_out"), q_exps=res.q_exps, pv=res.pv, m=res.m, sigma=recipe.sigma)
+    if route.all4:
+        go = quantize_fp4_grad_output(dout.contiguous(), out.contiguous(), res.ro, spec.cu_seqlens_q,
+                                      tiles.bwd_block_m, res.cu_qt, **records)
+    else:
+        go = quantize_grad_output(dout.contiguous(), out.contiguous(), res.ro, spec.cu_seqlens_q,
+                                  recipe.scale_block, tiles.bwd_block_m, res.cu_qt, fmt=fmt, **records)
     return attention_backward(
         res.q_codes, res.q_codes_t, res.q_exps, res.k_codes, res.k_codes_t, res.k_exps, res.v_codes, res.v_exps,
         go.do_codes, go.do_exps, go.dot_codes_t, go.dot_exps, go.delta, res.m, res.ro, res.pv,
@@ -127,7 +151,8 @@ def backward(dout: torch.Tensor, out: torch.Tensor, res: Residuals,
         sigma=spec.recipe.sigma, scale_block=spec.recipe.scale_block, tiles=tiles,
         rotate=spec.recipe.use_hadamard(out.shape[-1]), out_dtype=dout.dtype, key_rec=res.key_rec,
         records=go.records, dkdv_work=plan.view(res.work, "dkdv"), dq_work=plan.view(res.work, "dq"),
-        p4=p4_mode(spec.recipe, forward=False))
+        p4=p4_mode(recipe, forward=False), grad4=grad_mode(recipe), k_codes_t_diag=res.k_codes_t_diag,
+        seed=spec.seed)
 
 
 _programs = replay.Programs()  # forward programs by call key; each holds its backward's by dO's
@@ -153,7 +178,8 @@ def forward_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     them or None). With a program the saved tensors are its workspace alone."""
     inputs = _inputs(spec, q, k, v)
     program = key = None
-    if replay.available() and _aligned(*inputs):
+    # a program replays its recorded launch arguments, and a stochastic G's seed changes per call
+    if replay.available() and _aligned(*inputs) and grad_mode(spec.recipe) != 2:
         cu_q, cu_k = spec.cu_seqlens_q, spec.cu_seqlens_k
         key = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype, cu_q.shape,
                cu_k.shape, cu_q.stride(), cu_k.stride(), cu_k is cu_q, spec.causal, spec.softmax_scale,
@@ -163,8 +189,8 @@ def forward_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         with replay.record(enabled=program is ...) as (launches, ops):
             out, lse, res = forward(q, k, v, spec)
         if program is ...:
-            _programs.put(key, replay.Program.try_build(launches, ops, inputs, [out, lse], list(res)))
-        return out, lse, list(res), None
+            _programs.put(key, replay.Program.try_build(launches, ops, inputs, [out, lse], res.tensors()))
+        return out, lse, res.tensors(), None
     (out, lse), workspace = program(inputs, q.device)
     return out, lse, [workspace], program
 
