@@ -18,7 +18,7 @@
 #   memcheck, racecheck, synccheck, initcheck
 #                  compute-sanitizer --tool T on benchmarks/sanitize_case.py: one forward and
 #                  backward per kernel family on documents (100, 0, 1, 67, 33), GQA 4/2, d=128
-#                  and 64, causal and a window, mxfp8, mxfp8-exact, nvfp4 and nvfp4-exact;
+#                  and 64, causal and a window, mxfp8, mxfp8-exact, nvfp4, nvfp4-exact and fp4;
 #                  PASS needs 0 errors
 # --quick: the gpu tests of test_kernel_ops.py, test_nonfinite.py and test_gpu_properties.py
 # only, one bench workload graphed only, and memcheck only (about 3-4 minutes).

@@ -6,7 +6,7 @@
    as a table, and with --out as results.json and results.md there (written after each
    workload, so a run cut short keeps what it measured).
 
-    python3 benchmarks/recipe_check.py --recipe {bf16,nvfp4} [--skip-tests] [--skip-timing] [--out DIR]
+    python3 benchmarks/recipe_check.py --recipe {bf16,nvfp4,fp4} [--skip-tests] [--skip-timing] [--out DIR]
 """
 import argparse
 import json
@@ -19,9 +19,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's flamia, not an installed one
 
 TEST_FILES = ["tests/test_kernel_fwd.py", "tests/test_kernel_bwd.py", "tests/test_kernel_ops.py", "tests/test_api.py",
-              "tests/test_replay.py", "tests/test_kernel_quantize_fp4.py"]
+              "tests/test_replay.py", "tests/test_kernel_quantize_fp4.py", "tests/test_kernel_quantize_fp4_operands.py",
+              "tests/test_nonfinite.py"]
 # pytest -k per recipe: the tests named after it, and those of its pieces named otherwise
-SELECTION = {"bf16": "bf16 or backend_resolution", "nvfp4": "nvfp4 or score_codes or backend_resolution"}
+SELECTION = {"bf16": "bf16 or backend_resolution", "nvfp4": "nvfp4 or score_codes or backend_resolution",
+             "fp4": "(fp4 and not nvfp4) or backend_resolution"}
 
 
 def run_tests(recipe: str) -> int:

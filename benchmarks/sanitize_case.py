@@ -1,10 +1,10 @@
-"""A tiny driver for compute-sanitizer: three training calls (forward and backward) of the MXFP8
-or mixed NVFP4 Triton path per case, the first recording the launches and the others replaying them
+"""A tiny driver for compute-sanitizer: three training calls (forward and backward) of the MXFP8,
+mixed NVFP4 or all-4-bit Triton path per case, the first recording the launches and the others replaying them
 (flamia/kernels/replay.py), on documents (100, 0, 1, 67, 33) (an empty and a one-token document among them),
 GQA 4/2, bf16, so that every kernel family of a training call (aligned starts, tile lists,
 the Q/K/V quantizers with and without the rotation, key records, PV prefix, the Gluon
-forward, the dO quantizer, query records, the Gluon dQ and dK/dV) launches a few times on
-small tensors and the sanitizer stays fast.
+forward, the dO quantizer, query records, the Gluon dQ and dK/dV, and the all-4-bit route's
+Triton kernels) launches a few times on small tensors and the sanitizer stays fast.
 
     PYTHONPATH=. python3 benchmarks/sanitize_case.py [--cases default|all] [--warm]
     compute-sanitizer --tool memcheck python3 benchmarks/sanitize_case.py
@@ -12,7 +12,8 @@ small tensors and the sanitizer stays fast.
 The default cases cover each head dim (64: plain quantizer; 128: the rotated one), each mask
 (causal; a two-sided window, non-causal) and each MXFP8 recipe (mxfp8, 32-token scales;
 mxfp8-exact, per-token scales) twice, and the mixed NVFP4 route (bf16 score codes, 4-bit P)
-once per head dim; ``--cases all`` runs all sixteen combinations.
+and the all-4-bit route (per-key diagonal operands, E2M1 G from Philox words, one seed for
+all three calls) once per head dim; ``--cases all`` runs all twenty combinations.
 ``--warm`` runs every case once more first (compiles outside what a sanitizer should see,
 when the Triton cache is cold). Prints one line per case and exits non-zero if an output or
 gradient is not finite or has the wrong shape (benchmarks/gpu_gate.sh runs it under each
@@ -30,8 +31,9 @@ HEADS_Q, HEADS_KV = 4, 2
 MASKS = {"causal": (True, (-1, -1)), "window": (False, (48, 16))}
 DEFAULT_CASES = [(128, "causal", "mxfp8"), (64, "causal", "mxfp8-exact"),
                  (128, "window", "mxfp8-exact"), (64, "window", "mxfp8"),
-                 (128, "causal", "nvfp4"), (64, "window", "nvfp4-exact")]
-ALL_CASES = list(itertools.product((128, 64), MASKS, ("mxfp8", "mxfp8-exact", "nvfp4", "nvfp4-exact")))
+                 (128, "causal", "nvfp4"), (64, "window", "nvfp4-exact"),
+                 (128, "window", "fp4"), (64, "causal", "fp4")]
+ALL_CASES = list(itertools.product((128, 64), MASKS, ("mxfp8", "mxfp8-exact", "nvfp4", "nvfp4-exact", "fp4")))
 
 
 def run_case(d: int, mask: str, recipe: str, seed: int = 0) -> list[str]:
@@ -51,7 +53,7 @@ def run_case(d: int, mask: str, recipe: str, seed: int = 0) -> list[str]:
     for _ in range(3):
         out, lse = flamia.flash_attn_varlen_func(q, k, v, cu, cu, max(LENGTHS), max(LENGTHS), causal=causal,
                                                  window_size=window, recipe=recipe, backend="triton",
-                                                 return_lse=True)
+                                                 return_lse=True, seed=seed)
         calls.append((out, lse, *torch.autograd.grad(out, (q, k, v), do)))
     torch.cuda.synchronize()
     problems = [f"call {i}: {name} differs from call 0" for i, call in enumerate(calls[1:], 1)

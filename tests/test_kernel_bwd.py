@@ -282,15 +282,17 @@ def test_backward_names_bad_argument():
 @pytest.mark.parametrize("recipe, tile_cfg", [("mxfp8", AttnTiles()),
                                               ("mxfp8", AttnTiles(dq_atomic=True, dkdv_gluon=False)),
                                               ("bf16", tiles_for(128, BF16)),
-                                              ("nvfp4", AttnTiles())],
-                         ids=["shipped", "dq-atomic", "shipped-bf16", "shipped-nvfp4"])
+                                              ("nvfp4", AttnTiles()),
+                                              ("fp4", tiles_for(128, BF16, all4=True))],
+                         ids=["shipped", "dq-atomic", "shipped-bf16", "shipped-nvfp4", "shipped-fp4"])
 def test_backward_matches_emulator_gpu(recipe, tile_cfg):
     """4 documents x 4096 tokens, 16 heads, D=128, causal: the shipped tiles, and dQ through
     atomics. On the GPU exp2 is approximate and the FP8 MMAs may accumulate with reduced
     precision, which may flip a few E4M3 codes of P and G, so the bound is on the relative
     norm of the difference; a masking or indexing error moves it by orders of magnitude
     more. Also: two runs agree bit for bit (with atomics: dK and dV; dQ to fp32 summation
-    order), and a CUDA-graph replay reproduces them (no host synchronisation)."""
+    order), and a CUDA-graph replay reproduces them (no host synchronisation). fp4 (its E2M1
+    G from one seed on both sides) takes test_kernel_ops.py's 4-bit bound, 2e-2."""
     lens = (4096,) * 4
     g = torch.Generator().manual_seed(0)
     q, k, v, do = (torch.randn(sum(lens), 16, 128, generator=g).to(DEVICE, torch.bfloat16) for _ in range(4))
@@ -302,7 +304,7 @@ def test_backward_matches_emulator_gpu(recipe, tile_cfg):
     raw = attention_backward(*args, **kwargs)
     errs = [((a - b).norm() / b.norm()).item() for a, b in zip(raw, want)]
     print(f"gpu bwd vs emulator, relative norm error: dq {errs[0]:.3g}, dk {errs[1]:.3g}, dv {errs[2]:.3g}")
-    assert max(errs) <= 1e-2
+    assert max(errs) <= (2e-2 if recipe == "fp4" else 1e-2)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         captured = attention_backward(*args, **kwargs)

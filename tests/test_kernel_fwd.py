@@ -262,11 +262,12 @@ def test_forward_names_bad_argument():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("recipe", ["mxfp8", "bf16", "nvfp4"])
+@pytest.mark.parametrize("recipe", ["mxfp8", "bf16", "nvfp4", "fp4"])
 def test_forward_matches_emulator_gpu(recipe):
     """4 documents x 4096 tokens, 16 heads, D=128, causal, the shipped tiles."""
     lens = (4096,) * 4
-    got, fwd = run_both(lens, lens, (16, 16), 128, True, (-1, -1), tiles_for(128, ROUTES[recipe].codes), seed=0,
+    route = ROUTES[recipe]
+    got, fwd = run_both(lens, lens, (16, 16), 128, True, (-1, -1), tiles_for(128, route.codes, route.all4), seed=0,
                         recipe=recipe)
     assert_near(got, fwd)
 

@@ -180,7 +180,7 @@ def _peers() -> tuple[Provider, ...]:
 
 def registry(dry_run: bool = False) -> tuple[Provider, ...]:
     """Every provider, flamia's recipes first. The CPU dry run keeps flamia on the
-    reference backend only; on the GPU plain mxfp8, nvfp4 and bf16 run the Triton kernels."""
+    reference backend only; on the GPU the recipes the kernels run (mxfp8, nvfp4, fp4, bf16) run them."""
     flamia = tuple(_flamia(recipe, "triton" if recipe in KERNEL_RECIPES and not dry_run else "reference")
                    for recipe in RECIPE_NAMES)
     return flamia if dry_run else flamia + _peers()
