@@ -280,15 +280,15 @@ GLUON_CASES = {**{name: case[:6] for name, case in CASES.items()},
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("recipe", ["mxfp8", "bf16", "nvfp4"])
+@pytest.mark.parametrize("recipe", ["mxfp8", "bf16", "nvfp4", "fp4"])
 @pytest.mark.parametrize("block_n", [64, 128])
 @pytest.mark.parametrize("name", list(GLUON_CASES))
 def test_gluon_forward_equals_triton(name, block_n, recipe):
     """The Gluon forward (attn_fwd_gluon.py) and the Triton kernel on the same operands and
-    tiles (the shipped ones of the head dim and format, with key tiles of block_n): out, lse,
+    tiles (the shipped ones of the head dim and route, with key tiles of block_n): out, lse,
     m and ro equal bit for bit."""
-    case = GLUON_CASES[name]
-    assert_gluon_equals_triton(*case, replace(tiles_for(case[3], ROUTES[recipe].codes), fwd_block_n=block_n),
+    case, route = GLUON_CASES[name], ROUTES[recipe]
+    assert_gluon_equals_triton(*case, replace(tiles_for(case[3], route.codes, route.all4), fwd_block_n=block_n),
                                seed=len(name), recipe=recipe)
 
 

@@ -155,8 +155,7 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
     exponential (``fwd_approx_exp``). The all-4-bit route (NUMERICS.md 6) gives bfloat16 codes
     throughout, every value with its scales folded in and every exponent 0, p4 = 3 (4-bit P on
     every tile) or 2, and v_codes_t_diag: V^T with one power-of-two scale per key, laid out as
-    v_codes_t, which the diagonal tiles multiply instead; it runs the Triton kernel
-    (``tiles.fwd_gluon`` False).
+    v_codes_t, which the diagonal tiles multiply instead.
 
     q_codes [Tq, Hq, D] codes, q_exps [Tq, Hq] int8; k_codes [Tk, Hkv, D]
     codes (q_codes' dtype), k_exps [Tk, Hkv] int8; v_codes_t [Hkv, D, Tk_t] codes (V^T, tokens
@@ -187,9 +186,8 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
     if p4 and fmt != E4M3 and not all4:
         raise ValueError(f"p4: 4-bit P multiplies E4M3 V codes, or the all-4-bit route's with v_codes_t_diag, got "
                          f"v_codes_t of {v_codes_t.dtype}")
-    if all4 and (p4 not in (2, 3) or tiles.fwd_gluon):
-        raise ValueError(f"v_codes_t_diag: the all-4-bit route takes 4-bit P on every tile (p4 2 or 3, got {p4}) "
-                         f"and the Triton kernel (tiles.fwd_gluon False, got {tiles.fwd_gluon})")
+    if all4 and p4 not in (2, 3):
+        raise ValueError(f"v_codes_t_diag: the all-4-bit route takes 4-bit P on every tile (p4 2 or 3), got {p4}")
     codes, i8, i32 = fmt.torch_dtype, torch.int8, torch.int32
     for name, x, dtype, shape in (
             ("q_codes", q_codes, scores.torch_dtype, (tq, hq, d)), ("q_exps", q_exps, i8, (tq, hq)),
@@ -224,9 +222,10 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
     common = dict(TAU=tau, SIGMA=sigma, D=d, BM=tiles.fwd_block_m, BN=tiles.fwd_block_n, CODES=fmt.codes, P4=p4,
                   P4_SUM=p4_sum, DIAG_BM=diag_block_m, APPROX_EXP=approx_exp, num_warps=tiles.fwd_warps)
     if tiles.fwd_gluon and not interpreting():
-        q_desc, k_desc, vt_desc = operand_descriptors(q_codes, k_codes, v_codes_t, tiles.fwd_block_m, tiles.fwd_block_n)
-        launch(attn_fwd_gluon_kernel, grid, q_desc, q_exps, k_desc, vt_desc, *rest, STAGES=tiles.fwd_stages,
-               SCALE_BLOCK=scale_block, SCORE_CODES=scores.codes, **common)
+        q_desc, k_desc, vt_desc, vtd_desc = operand_descriptors(q_codes, k_codes, v_codes_t, tiles.fwd_block_m,
+                                                                tiles.fwd_block_n, v_codes_t_diag)
+        launch(attn_fwd_gluon_kernel, grid, q_desc, q_exps, k_desc, vt_desc, *rest, vtd_desc=vtd_desc,
+               STAGES=tiles.fwd_stages, SCALE_BLOCK=scale_block, SCORE_CODES=scores.codes, ALL4=all4, **common)
     else:
         launch(_attn_fwd_kernel, grid, q_codes, q_exps, k_codes, v_codes_t, *rest, p_vtd=v_codes_t_diag,
                ALL4=all4, INTERPRET=interpreting(), num_stages=tiles.fwd_stages, **common)

@@ -45,6 +45,21 @@ def _copy_keys(k_desc, vt_desc, k_s, v_s, bars, slot, k_row, k_col, vt_row, vt_c
 
 
 @gluon.jit
+def _copy_key_tile(k_desc, vt_desc, vtd_desc, k_s, v_s, bars, slot, t, hk, k_start, k_start_t, diag_i0, len_q, len_k,
+                   off, wl, wr, D: gl.constexpr, BN: gl.constexpr, DIAG_BM: gl.constexpr, ALL4: gl.constexpr):
+    """``_copy_keys`` of key tile t (head hk) into slot; with ALL4 a diagonal tile (from query
+    row diag_i0, ``diagonal_tile``) copies V^T with per-key scales from vtd_desc instead."""
+    k_row, vt_col = k_start + t * BN, k_start_t + t * BN
+    if ALL4:
+        if diagonal_tile(t, diag_i0, len_q, len_k, off, wl, wr, DIAG_BM, BN):
+            _copy_keys(k_desc, vtd_desc, k_s, v_s, bars, slot, k_row, hk * D, hk * D, vt_col)
+        else:
+            _copy_keys(k_desc, vt_desc, k_s, v_s, bars, slot, k_row, hk * D, hk * D, vt_col)
+    else:
+        _copy_keys(k_desc, vt_desc, k_s, v_s, bars, slot, k_row, hk * D, hk * D, vt_col)
+
+
+@gluon.jit
 def _issue_scores(q_s, k_s, bars, j, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, S_L: gl.constexpr):
     """Wait for key tile j's copies (slot j % STAGES) and start Q^ K^T [BM, BN] on them."""
     wait_copy(bars, j, STAGES)
@@ -55,15 +70,16 @@ def _issue_scores(q_s, k_s, bars, j, BM: gl.constexpr, BN: gl.constexpr, STAGES:
 @gluon.jit
 def attn_fwd_gluon_kernel(q_desc, p_qe, k_desc, vt_desc, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt, p_work, width,
                           p_o, p_lse, p_mo, p_ro,
-                          total_q, total_k, tk_t, heads_q, heads_kv, s2, window_left, window_right,
+                          total_q, total_k, tk_t, heads_q, heads_kv, s2, window_left, window_right, vtd_desc,
                           TAU: gl.constexpr, SIGMA: gl.constexpr, D: gl.constexpr,
                           BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, SCALE_BLOCK: gl.constexpr,
                           CODES: gl.constexpr, P4: gl.constexpr, P4_SUM: gl.constexpr, DIAG_BM: gl.constexpr,
-                          APPROX_EXP: gl.constexpr, SCORE_CODES: gl.constexpr):
+                          APPROX_EXP: gl.constexpr, SCORE_CODES: gl.constexpr, ALL4: gl.constexpr):
     """``attn_fwd._attn_fwd_kernel``'s arguments and outputs (BM = 64, 4 warps), with Q^, K^
     and V^T as TMA descriptors of their 2-D views [Tq, Hq D], [Tk, Hkv D], [Hkv D, Tk_t]
     (blocks [BM, D], [BN, D], [D, BN]); Q^ and K^ in SCORE_CODES (the mixed NVFP4 route's
-    bf16 beside E4M3 V^), V^T in CODES."""
+    bf16 beside E4M3 V^), V^T in CODES; vtd_desc (ALL4 only, else None): the all-4-bit
+    route's V^T with per-key scales, as V^T's, which its diagonal tiles multiply."""
     # The wgmma accumulators and P^ as the register A operand of P^ V^; S's accumulator
     # relayouts to P^ V^'s format for free.
     S_L: gl.constexpr = mma_layout(BN, SCORE_CODES)
@@ -90,9 +106,10 @@ def attn_fwd_gluon_kernel(q_desc, p_qe, k_desc, vt_desc, p_krec, p_pv, p_cu_q, p
     # its copies; the last STAGES - 2 of them are waited for before the program ends.
     mbarrier.expect(bars.index(STAGES), q_desc.block_type.nbytes)
     tma_load(q_desc, [q_start + i0, h * D], bars.index(STAGES), q_s)
+    diag_i0 = i0 // DIAG_BM * DIAG_BM
     for i in gl.static_range(STAGES - 1):
-        _copy_keys(k_desc, vt_desc, k_s, v_s, bars, i, k_start + (t_lo + i) * BN, hk * D, hk * D,
-                   k_start_t + (t_lo + i) * BN)
+        _copy_key_tile(k_desc, vt_desc, vtd_desc, k_s, v_s, bars, i, t_lo + i, hk, k_start, k_start_t, diag_i0,
+                       len_q, len_k, off, wl, wr, D, BN, DIAG_BM, ALL4)
 
     o_m = i0 + gl.arange(0, BM, layout=ROW)                         # [BM] query positions
     b_first, b_last = visible_keys(o_m, off, wl, wr, len_k)
@@ -117,15 +134,15 @@ def attn_fwd_gluon_kernel(q_desc, p_qe, k_desc, vt_desc, p_krec, p_pv, p_cu_q, p
         rec_next = block_key_records(p_krec_doc, (t + 1) * BN, o_nb, n_k, SCALE_BLOCK, BN)
         b_s = warpgroup_mma_wait(0, deps=(s_next,))                 # [BM, BN] this tile's Q^ K^T
         # The slot tile j - 1 used is free: both its products have completed.
-        _copy_keys(k_desc, vt_desc, k_s, v_s, bars, (j + STAGES - 1) % STAGES, k_start + (t + STAGES - 1) * BN,
-                   hk * D, hk * D, k_start_t + (t + STAGES - 1) * BN)
+        _copy_key_tile(k_desc, vt_desc, vtd_desc, k_s, v_s, bars, (j + STAGES - 1) % STAGES, t + STAGES - 1, hk,
+                       k_start, k_start_t, diag_i0, len_q, len_k, off, wl, wr, D, BN, DIAG_BM, ALL4)
         b_y = b_s * b_kf[None, :]                                   # [BM, BN]
         # The next tile's scores run under this tile's softmax (after the last tile, on
         # keys no row reads: one product per program is spent to keep the loop uniform).
         # Issued once b_s is read, its product can take b_s's registers: the loop then
         # carries it without ~64 register moves per tile.
         s_next = _issue_scores(q_s, k_s, bars, j + 1, BM, BN, STAGES, S_L)
-        diag = diagonal_tile(t, i0 // DIAG_BM * DIAG_BM, len_q, len_k, off, wl, wr, DIAG_BM, BN)
+        diag = diagonal_tile(t, diag_i0, len_q, len_k, off, wl, wr, DIAG_BM, BN)
         b_pq, b_alpha, b_l, b_m = scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU,
                                                   (t < u_lo) | (t >= u_hi), CODES, False, relayout, ROW,
                                                   P4, diag, S_L, P4_SUM, len_k, APPROX_EXP)
@@ -159,11 +176,14 @@ def attn_fwd_gluon_kernel(q_desc, p_qe, k_desc, vt_desc, p_krec, p_pv, p_cu_q, p
     gl.store(p_ro + o_stat, b_ro, mask=m_row)
 
 
-def operand_descriptors(q_codes, k_codes, v_codes_t, block_m: int, block_n: int):
+def operand_descriptors(q_codes, k_codes, v_codes_t, block_m: int, block_n: int, v_codes_t_diag=None):
     """Host TMA descriptors of the forward's operands in the 2-D views and blocks that
     ``attn_fwd_gluon_kernel`` reads: Q^ [Tq, Hq D] by [BM, D], K^ [Tk, Hkv D] by [BN, D],
-    V^T [Hkv D, Tk_t] by [D, BN]. q_codes [Tq, Hq, D], k_codes [Tk, Hkv, D], v_codes_t
-    [Hkv, D, Tk_t]: contiguous codes (float8_e4m3fn or bfloat16)."""
+    V^T [Hkv D, Tk_t] by [D, BN], and the all-4-bit route's v_codes_t_diag as V^T (None
+    without it). q_codes [Tq, Hq, D], k_codes [Tk, Hkv, D], v_codes_t [Hkv, D, Tk_t]:
+    contiguous codes (float8_e4m3fn or bfloat16)."""
     d = q_codes.shape[-1]
-    return code_descriptors((q_codes.flatten(1), [block_m, d]), (k_codes.flatten(1), [block_n, d]),
-                           (v_codes_t.flatten(0, 1), [d, block_n]))
+    vt_views = [v_codes_t] + ([] if v_codes_t_diag is None else [v_codes_t_diag])
+    descs = code_descriptors((q_codes.flatten(1), [block_m, d]), (k_codes.flatten(1), [block_n, d]),
+                             *((vt.flatten(0, 1), [d, block_n]) for vt in vt_views))
+    return (*descs, None) if v_codes_t_diag is None else descs
