@@ -347,8 +347,8 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     (NUMERICS.md 6): bfloat16 codes throughout with every scale folded in (exponents 0), p4 = 3
     (or 2), grad4 (``configs.grad_mode``: G to E2M1 in groups of 16, 1 nearest, 2 stochastic
     from Philox words of ``seed``) and k_codes_t_diag: K^T with one power-of-two scale per key,
-    laid out as k_codes_t, which the diagonal dQ tiles multiply instead; it runs the Triton
-    kernels (``tiles.dkdv_gluon``, ``dq_gluon`` and ``dq_atomic`` False).
+    laid out as k_codes_t, which the diagonal dQ tiles multiply instead; its dK/dV runs the
+    Triton kernel (``tiles.dkdv_gluon`` and ``dq_atomic`` False).
 
     Codes are float8_e4m3fn (MXFP8) or bfloat16 (BF16, every exponent 0), one dtype: q_codes,
     do_codes [Tq, Hq, D]; k_codes, v_codes [Tk, Hkv, D]; q_codes_t, dot_codes_t [Hq, D, Tq_t] and
@@ -393,9 +393,10 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     if grad4 not in (0, 1, 2):
         raise ValueError(f"grad4: 0, 1 (E2M1 G, nearest) or 2 (stochastic), got {grad4}")
     if grad4 and (fmt != BF16 or k_codes_t_diag is None or p4 not in (2, 3) or tiles.dkdv_gluon
-                  or tiles.dq_gluon or tiles.dq_atomic or min(tiles.bwd_block_m, tiles.dq_block_n) % 16):
+                  or tiles.dq_atomic or min(tiles.bwd_block_m, tiles.dq_block_n) % 16):
         raise ValueError(f"grad4: the all-4-bit route takes bfloat16 codes (got {codes}), k_codes_t_diag, 4-bit P "
-                         f"on every tile (p4 2 or 3, got {p4}) and the Triton kernels on steps of 16 (got {tiles})")
+                         f"on every tile (p4 2 or 3, got {p4}) and the Triton dK/dV kernel and a dQ kernel on "
+                         f"steps of 16 (got {tiles})")
     for name, x, dtype, shape in (
             ("q_codes", q_codes, scores.torch_dtype, (tq, hq, d)), ("q_codes_t", q_codes_t, codes, (hq, d, tq_t)),
             ("q_exps", q_exps, i8, (tq, hq)), ("k_codes", k_codes, scores.torch_dtype, (tk, hkv, d)),
@@ -466,10 +467,12 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     check_operand("dq_work", dq_work, i32, (2, list_extent(tq, num_docs, tiles.dq_block_m)))
     grid = (dq_work.shape[1], hq)
     if tiles.dq_gluon and not interpreting():
-        descs = dq_descriptors(q_codes, do_codes, k_codes, v_codes, k_codes_t, tiles.dq_block_m, tiles.dq_block_n)
+        *descs, ktd_desc = dq_descriptors(q_codes, do_codes, k_codes, v_codes, k_codes_t, tiles.dq_block_m,
+                                          tiles.dq_block_n, k_codes_t_diag if grad4 else None)
         launch(dq_gluon_kernel, grid, *descs, records, key_rec, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t,
-               cu_seqlens_k_t, dq_work, dq_work.shape[1], dq, BM=tiles.dq_block_m, BN=tiles.dq_block_n,
-               SCALE_BLOCK=scale_block, STAGES=tiles.dq_stages, num_warps=tiles.dq_warps, **gluon_args)
+               cu_seqlens_k_t, dq_work, dq_work.shape[1], dq, ktd_desc=ktd_desc, BM=tiles.dq_block_m,
+               BN=tiles.dq_block_n, SCALE_BLOCK=scale_block, STAGES=tiles.dq_stages, num_warps=tiles.dq_warps,
+               **gluon_args, **rounding)
         return dq, dk, dv
     launch(_dq_kernel, grid, q_codes, k_codes, k_codes_t, v_codes, do_codes, records, key_rec, cu_seqlens_q,
            cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, dq_work, dq_work.shape[1], dq, tk_t=tk_t,

@@ -11,8 +11,9 @@ run (BF16: accumulates it inside the MMA), so the tensor cores go from one step'
 the next without waiting for the sum.
 
 The step order (the full steps, then the masked ones: dQ's fp32 sum follows it), the
-payload (``bwd_math.grad_scores``, ``row_scaled_codes``) and the epilogue (``store_dq``) are
-the Triton kernel's helpers, and the wgmma shapes are those Triton picks, so dQ equals the
+payload (``bwd_math.grad_scores``, ``row_scaled_codes``; the all-4-bit route's E2M1 G,
+``fp4.e2m1_grad`` on ``bwd_math.grad_words``) and the epilogue (``store_dq``) are the Triton
+kernel's helpers, and the wgmma shapes are those Triton picks, so dQ equals the
 Triton kernel's bit for bit (the GPU tests check it). Gluon has no CPU interpreter: under
 TRITON_INTERPRET the Triton kernel runs, and the CPU suite checks it against the emulator.
 """
@@ -20,8 +21,9 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
-from .bwd_math import (doc_bounds, forward_diagonal, grad_scores, masked_step, query_factors, reciprocal_pow2,
-                       row_scaled_codes, step_range, store_dq)
+from .bwd_math import (doc_bounds, forward_diagonal, grad_scores, grad_words, masked_step, query_factors,
+                       reciprocal_pow2, row_scaled_codes, step_range, store_dq)
+from .fp4 import e2m1_grad
 from .fp8 import to_codes
 from .gluon_tma import (WARPS, code_descriptors, copy_barriers, mma_layout, register_a_layout, relayout, tma_load,
                         wait_copy)
@@ -44,6 +46,22 @@ def _copy_keys(k_desc, v_desc, kt_desc, k_s, v_s, kt_s, bars, slot, k_row, kv_co
 
 
 @gluon.jit
+def _copy_step(k_desc, v_desc, kt_desc, ktd_desc, k_s, v_s, kt_s, bars, slot, k0, k_row, h_k, kt_col, i0, geo,
+               D: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, GRAD4: gl.constexpr):
+    """``_copy_keys`` of the key step from document key k0 into slot; the all-4-bit route's
+    steps on diagonal dQ tiles (GRAD4 > 0) copy K^T with per-key scales from ktd_desc."""
+    if GRAD4 > 0:
+        if forward_diagonal(i0, k0, geo, BM, BN):
+            _copy_keys(k_desc, v_desc, ktd_desc, k_s, v_s, kt_s, bars, slot, k_row + k0, h_k * D, h_k * D,
+                       kt_col + k0)
+        else:
+            _copy_keys(k_desc, v_desc, kt_desc, k_s, v_s, kt_s, bars, slot, k_row + k0, h_k * D, h_k * D,
+                       kt_col + k0)
+    else:
+        _copy_keys(k_desc, v_desc, kt_desc, k_s, v_s, kt_s, bars, slot, k_row + k0, h_k * D, h_k * D, kt_col + k0)
+
+
+@gluon.jit
 def _issue_scores(q_s, do_s, k_s, v_s, bars, n, STAGES: gl.constexpr, b_zero_s, b_zero):
     """Wait for key step n's copies (slot n % STAGES) and start S = Q^ K^T and dP = dO^ V^T
     [BM, BN] on them (b_zero_s, b_zero: fp32 zeros in their layouts)."""
@@ -63,15 +81,16 @@ def _step(n, n_full, lo, full_lo, full_hi):
 
 @gluon.jit
 def dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, kt_desc, p_rec, p_krec, p_cu_q, p_cu_k, p_cu_qt, p_cu_kt,
-                    p_work, width, p_dq, s2, scale, inv_sqrt_d, wl, wr, total_q, total_k, heads_q,
+                    p_work, width, p_dq, s2, scale, inv_sqrt_d, wl, wr, total_q, total_k, heads_q, ktd_desc, seed,
                     GROUP: gl.constexpr, D: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
                     SCALE_BLOCK: gl.constexpr, STAGES: gl.constexpr, ROTATE_STAGES: gl.constexpr,
                     CODES: gl.constexpr, P4: gl.constexpr, FBM: gl.constexpr, FBN: gl.constexpr,
-                    SCORE_CODES: gl.constexpr):
+                    SCORE_CODES: gl.constexpr, GRAD4: gl.constexpr):
     """``attn_bwd._dq_kernel``'s arguments and output (BM = 64, 4 warps) with Q^, dO^ ([Tq, Hq D]
     by [BM, D]), K^, V^ ([Tk, Hkv D] by [BN, D]) and K^T ([Hkv D, Tk_t] by [D, BN]) as TMA
     descriptors, and p_krec the ``key_records`` words; Q^ and K^ in SCORE_CODES (the mixed
-    NVFP4 route's bf16 beside E4M3 codes)."""
+    NVFP4 route's bf16 beside E4M3 codes). GRAD4, seed and ktd_desc (K^T with per-key scales,
+    as K^T's; None unless GRAD4 > 0): the all-4-bit route's, as the Triton kernel's."""
     SS_L: gl.constexpr = mma_layout(BN, SCORE_CODES)  # S's accumulator; relayouts to dP's
     S_L: gl.constexpr = mma_layout(BN, CODES)
     O_L: gl.constexpr = mma_layout(D, CODES)
@@ -108,8 +127,8 @@ def dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, kt_desc, p_rec, p_krec, p_c
     tma_load(q_desc, [q_start.to(gl.int32) + i0, h_q * D], bars.index(STAGES), q_s)
     tma_load(do_desc, [q_start.to(gl.int32) + i0, h_q * D], bars.index(STAGES), do_s)
     for i in gl.static_range(STAGES - 1):
-        k0 = _step(i, n_full, lo, full_lo, full_hi) * BN
-        _copy_keys(k_desc, v_desc, kt_desc, k_s, v_s, kt_s, bars, i, k_row + k0, h_k * D, h_k * D, kt_col + k0)
+        _copy_step(k_desc, v_desc, kt_desc, ktd_desc, k_s, v_s, kt_s, bars, i, _step(i, n_full, lo, full_lo, full_hi) * BN,
+                   k_row, h_k, kt_col, i0, geo, D, BM, BN, GRAD4)
 
     o_i = i0 + gl.arange(0, BM, layout=ROW)                         # [BM] query positions
     m_i = o_i < len_q
@@ -118,6 +137,7 @@ def dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, kt_desc, p_rec, p_krec, p_c
     qx = s2 * qg  # s2 rides on the query's factor, fixed for the whole tile
     p_krec_doc = p_krec + h_k.to(gl.int64) * total_k + k_start
     n_k = total_k - k_start
+    rng = (seed, h_q.to(gl.int64) * total_q + q_start, k_start, total_k)  # GRAD4 == 2: grad_words
     o_j = gl.arange(0, BN, layout=gl.SliceLayout(0, S_L))           # [BN]
     acc = gl.zeros([BM, D], gl.float32, layout=O_L)
     b_zero_ss = gl.zeros([BM, BN], gl.float32, layout=SS_L)
@@ -134,14 +154,20 @@ def dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, kt_desc, p_rec, p_krec, p_c
                                      SCALE_BLOCK, BN)
         b_s, b_dp = warpgroup_mma_wait(0, deps=(s_nxt, dp_nxt))    # [BM, BN] S, dP before their factors
         # The slot step n - 1 used is free: its products have completed.
-        k_ahead = _step(n + STAGES - 1, n_full, lo, full_lo, full_hi) * BN
-        _copy_keys(k_desc, v_desc, kt_desc, k_s, v_s, kt_s, bars, (n + STAGES - 1) % STAGES, k_row + k_ahead,
-                   h_k * D, h_k * D, kt_col + k_ahead)
+        _copy_step(k_desc, v_desc, kt_desc, ktd_desc, k_s, v_s, kt_s, bars, (n + STAGES - 1) % STAGES,
+                   _step(n + STAGES - 1, n_full, lo, full_lo, full_hi) * BN, k_row, h_k, kt_col, i0, geo, D, BM, BN,
+                   GRAD4)
         kf, vf = record_factors(rec)                                # [BN] 2^eK, 2^eV
         b_g = grad_scores(relayout(b_s, S_L), b_dp, qx, kf, qry, vf, o_i, k0 + o_j, geo, 0, n >= n_full, CODES,
                           False, P4, forward_diagonal(i0, k0, geo, FBM, FBN), relayout, S_L)[1]  # G
         b_init = b_zero_o
-        if CODES == gl.bfloat16:  # BF16 payloads take no scale: the product accumulates into acc in the MMA
+        if GRAD4 > 0:  # E2M1 with its scales folded in, exact in BF16: accumulates as BF16 does
+            b_word = None
+            if GRAD4 == 2:
+                b_word = grad_words(rng, o_i, k0 + o_j, 0, 0)  # [BM, BN]
+            b_gc = to_codes(relayout(e2m1_grad(b_g, b_word, GRAD4 == 2), S_L), CODES, False)
+            b_init = acc
+        elif CODES == gl.bfloat16:  # BF16 payloads take no scale: the product accumulates into acc in the MMA
             b_gc = to_codes(b_g, CODES, False)
             b_init = acc
         else:
@@ -168,11 +194,14 @@ def dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, kt_desc, p_rec, p_krec, p_c
              o_r < len_q, h_q, heads_q, scale, inv_sqrt_d, ROTATE_STAGES, False)
 
 
-def dq_descriptors(q_codes, do_codes, k_codes, v_codes, k_codes_t, block_m: int, block_n: int):
+def dq_descriptors(q_codes, do_codes, k_codes, v_codes, k_codes_t, block_m: int, block_n: int, k_codes_t_diag=None):
     """Host TMA descriptors of the dQ kernel's operands in the 2-D views and blocks that
     ``dq_gluon_kernel`` reads: Q^, dO^ [Tq, Hq D] by [BM, D]; K^, V^ [Tk, Hkv D] by [BN, D];
-    K^T [Hkv D, Tk_t] by [D, BN]. Codes contiguous, float8_e4m3fn or bfloat16."""
+    K^T [Hkv D, Tk_t] by [D, BN], and the all-4-bit route's k_codes_t_diag as K^T (None
+    without it). Codes contiguous, float8_e4m3fn or bfloat16."""
     d = q_codes.shape[-1]
-    return code_descriptors((q_codes.flatten(1), [block_m, d]), (do_codes.flatten(1), [block_m, d]),
-                           (k_codes.flatten(1), [block_n, d]), (v_codes.flatten(1), [block_n, d]),
-                           (k_codes_t.flatten(0, 1), [d, block_n]))
+    kt_views = [k_codes_t] + ([] if k_codes_t_diag is None else [k_codes_t_diag])
+    descs = code_descriptors((q_codes.flatten(1), [block_m, d]), (do_codes.flatten(1), [block_m, d]),
+                             (k_codes.flatten(1), [block_n, d]), (v_codes.flatten(1), [block_n, d]),
+                             *((kt.flatten(0, 1), [d, block_n]) for kt in kt_views))
+    return (*descs, None) if k_codes_t_diag is None else descs

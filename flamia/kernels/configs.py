@@ -191,9 +191,8 @@ TILES = {64: TILES_D64, 128: AttnTiles(**asdict(numerics_tiles(128)))}
 # BF16 codes take twice E4M3's shared memory and register A operands; the numerics tiles stay
 # (the emulator's), the stages and the d=64 register cap fit them (docs/PERFORMANCE.md).
 BF16_TILES = {64: replace(TILES_D64, dkdv_maxnreg=None), 128: replace(TILES[128], fwd_stages=2)}
-# The all-4-bit route's backward runs the Triton kernels on the GPU too: its per-key K^T on
-# diagonal dQ tiles and its E2M1 G live there only.
-ALL4_TILES = {d: replace(t, dq_gluon=False, dkdv_gluon=False) for d, t in BF16_TILES.items()}
+# The all-4-bit route's dK/dV runs the Triton kernel on the GPU too: its E2M1 G^T lives there only.
+ALL4_TILES = {d: replace(t, dkdv_gluon=False) for d, t in BF16_TILES.items()}
 QUANTIZER = QuantizerTiles()
 SUPPORTED_HEAD_DIMS = tuple(TILES)
 
