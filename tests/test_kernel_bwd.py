@@ -283,7 +283,7 @@ def test_backward_names_bad_argument():
                                               ("mxfp8", AttnTiles(dq_atomic=True, dkdv_gluon=False)),
                                               ("bf16", tiles_for(128, BF16)),
                                               ("nvfp4", AttnTiles()),
-                                              ("fp4", tiles_for(128, BF16, all4=True))],
+                                              ("fp4", tiles_for(128, BF16))],
                          ids=["shipped", "dq-atomic", "shipped-bf16", "shipped-nvfp4", "shipped-fp4"])
 def test_backward_matches_emulator_gpu(recipe, tile_cfg):
     """4 documents x 4096 tokens, 16 heads, D=128, causal: the shipped tiles, and dQ through
@@ -332,9 +332,7 @@ GLUON_BWD_CASES = {**{name: (*case[:6], "mxfp8") for name, case in CASES.items()
                   "long-causal-gqa-nvfp4-leaking": ((700, 1, 300, 129), None, (4, 2), 128, True, (-1, -1),
                                                     Recipe("nvfp4", p4_scale_before_mask=True)),
                   "long-window-nvfp4-leaking": ((700, 300), None, (2, 1), 64, False, (200, 70),
-                                                Recipe("nvfp4", p4_scale_before_mask=True))}
-# The all-4-bit route has a Gluon dQ (per-key K^T on diagonal tiles, E2M1 G) and no Gluon dK/dV.
-GLUON_DQ_CASES = {**GLUON_BWD_CASES,
+                                                Recipe("nvfp4", p4_scale_before_mask=True)),
                   **{f"{name}-fp4": (*case[:6], "fp4") for name, case in CASES.items()},
                   "long-causal-gqa-fp4": ((700, 1, 300, 129), None, (4, 2), 128, True, (-1, -1), "fp4"),
                   "long-window-fp4-nearest": ((700, 300), None, (2, 1), 64, False, (200, 70),
@@ -342,11 +340,10 @@ GLUON_DQ_CASES = {**GLUON_BWD_CASES,
 
 
 def _gluon_case(name, **changes):
-    """The backward launcher's arguments on GLUON_DQ_CASES[name] (the emulator's forward), for
-    the shipped tiles of its head dim and route with ``changes``."""
-    lens_q, lens_k, (hq, hkv), d, causal, window, recipe = GLUON_DQ_CASES[name]
-    route = ROUTES[resolve_recipe(recipe).name]
-    tiles = replace(tiles_for(d, route.codes, route.all4), **changes)
+    """The backward launcher's arguments on GLUON_BWD_CASES[name] (the emulator's forward), for
+    the shipped tiles of its head dim with ``changes``."""
+    lens_q, lens_k, (hq, hkv), d, causal, window, recipe = GLUON_BWD_CASES[name]
+    tiles = replace(tiles_for(d, ROUTES[resolve_recipe(recipe).name].codes), **changes)
     lens_k = lens_k or lens_q
     g = torch.Generator().manual_seed(len(name))
     q, do = (torch.randn(sum(lens_q), hq, d, generator=g).to(DEVICE, torch.bfloat16) for _ in range(2))
@@ -358,7 +355,7 @@ def _gluon_case(name, **changes):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("name", list(GLUON_DQ_CASES))
+@pytest.mark.parametrize("name", list(GLUON_BWD_CASES))
 def test_gluon_dq_equals_triton(name):
     """The Gluon dQ kernel (attn_dq_gluon.py) and the Triton one on the same operands and
     tiles: dQ equal bit for bit."""

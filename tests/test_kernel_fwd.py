@@ -267,7 +267,7 @@ def test_forward_matches_emulator_gpu(recipe):
     """4 documents x 4096 tokens, 16 heads, D=128, causal, the shipped tiles."""
     lens = (4096,) * 4
     route = ROUTES[recipe]
-    got, fwd = run_both(lens, lens, (16, 16), 128, True, (-1, -1), tiles_for(128, route.codes, route.all4), seed=0,
+    got, fwd = run_both(lens, lens, (16, 16), 128, True, (-1, -1), tiles_for(128, route.codes), seed=0,
                         recipe=recipe)
     assert_near(got, fwd)
 
@@ -288,7 +288,7 @@ def test_gluon_forward_equals_triton(name, block_n, recipe):
     tiles (the shipped ones of the head dim and route, with key tiles of block_n): out, lse,
     m and ro equal bit for bit."""
     case, route = GLUON_CASES[name], ROUTES[recipe]
-    assert_gluon_equals_triton(*case, replace(tiles_for(case[3], route.codes, route.all4), fwd_block_n=block_n),
+    assert_gluon_equals_triton(*case, replace(tiles_for(case[3], route.codes), fwd_block_n=block_n),
                                seed=len(name), recipe=recipe)
 
 

@@ -347,8 +347,8 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     (NUMERICS.md 6): bfloat16 codes throughout with every scale folded in (exponents 0), p4 = 3
     (or 2), grad4 (``configs.grad_mode``: G to E2M1 in groups of 16, 1 nearest, 2 stochastic
     from Philox words of ``seed``) and k_codes_t_diag: K^T with one power-of-two scale per key,
-    laid out as k_codes_t, which the diagonal dQ tiles multiply instead; its dK/dV runs the
-    Triton kernel (``tiles.dkdv_gluon`` and ``dq_atomic`` False).
+    laid out as k_codes_t, which the diagonal dQ tiles multiply instead (``tiles.dq_atomic``
+    False).
 
     Codes are float8_e4m3fn (MXFP8) or bfloat16 (BF16, every exponent 0), one dtype: q_codes,
     do_codes [Tq, Hq, D]; k_codes, v_codes [Tk, Hkv, D]; q_codes_t, dot_codes_t [Hq, D, Tq_t] and
@@ -392,11 +392,10 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
                          f"backward tiles that nest in the forward's (got {tiles})")
     if grad4 not in (0, 1, 2):
         raise ValueError(f"grad4: 0, 1 (E2M1 G, nearest) or 2 (stochastic), got {grad4}")
-    if grad4 and (fmt != BF16 or k_codes_t_diag is None or p4 not in (2, 3) or tiles.dkdv_gluon
-                  or tiles.dq_atomic or min(tiles.bwd_block_m, tiles.dq_block_n) % 16):
+    if grad4 and (fmt != BF16 or k_codes_t_diag is None or p4 not in (2, 3) or tiles.dq_atomic
+                  or min(tiles.bwd_block_m, tiles.dq_block_n) % 16):
         raise ValueError(f"grad4: the all-4-bit route takes bfloat16 codes (got {codes}), k_codes_t_diag, 4-bit P "
-                         f"on every tile (p4 2 or 3, got {p4}) and the Triton dK/dV kernel and a dQ kernel on "
-                         f"steps of 16 (got {tiles})")
+                         f"on every tile (p4 2 or 3, got {p4}) and a dQ kernel on steps of 16 (got {tiles})")
     for name, x, dtype, shape in (
             ("q_codes", q_codes, scores.torch_dtype, (tq, hq, d)), ("q_codes_t", q_codes_t, codes, (hq, d, tq_t)),
             ("q_exps", q_exps, i8, (tq, hq)), ("k_codes", k_codes, scores.torch_dtype, (tk, hkv, d)),
@@ -426,7 +425,7 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
                 total_q=tq, total_k=tk, heads_q=hq, GROUP=hq // hkv, D=d,
                 ROTATE_STAGES=d.bit_length() - 1 if rotate else 0, CODES=fmt.codes, P4=p4, FBM=tiles.fwd_block_m,
                 FBN=tiles.fwd_block_n, INTERPRET=interpreting())
-    # the all-4-bit route's G rounding, for the Triton kernels (the seed specialized away when unused)
+    # the all-4-bit route's G rounding (the seed specialized away when unused)
     rounding = dict(seed=seed if grad4 == 2 else None, GRAD4=grad4)
     # dq_atomic: the dK/dV kernel adds every dQ payload into an fp32 [Tq, Hq, D] buffer
     # (zeroed here, inside the captured call), which one more pass scales and stores.
@@ -448,7 +447,7 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
         launch(dkdv_gluon_kernel, grid, *descs, dot_exps, key_rec, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t,
                cu_seqlens_k_t, dkdv_work, dkdv_work.shape[1], dk, dv, BM=tiles.bwd_block_m, BN=tiles.bwd_block_n,
                SCALE_BLOCK=scale_block, STAGES=tiles.bwd_stages, REC_L=query_record_layout(32),
-               num_warps=tiles.bwd_warps, maxnreg=tiles.dkdv_maxnreg, **gluon_args)
+               num_warps=tiles.bwd_warps, maxnreg=tiles.dkdv_maxnreg, **gluon_args, **rounding)
     else:
         launch(_dkdv_kernel, grid, q_codes, q_codes_t, k_codes, k_codes_t, v_codes, do_codes, dot_codes_t, dot_exps,
                records, key_rec, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, dkdv_work,

@@ -33,8 +33,9 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
-from .bwd_math import (doc_bounds, forward_diagonal, grad_scores, masked_step, query_factors, reciprocal_pow2,
-                       row_scaled_codes, step_range)
+from .bwd_math import (doc_bounds, forward_diagonal, grad_scores, grad_words, masked_step, query_factors,
+                       reciprocal_pow2, row_scaled_codes, step_range)
+from .fp4 import e2m1_grad
 from .fp8 import E4M3_EQ, E4M3_MQ, mul_rn, pow2, scale_exponent, to_codes, to_e4m3, to_output
 from .gluon_tma import (WARPS, code_descriptors, copy_barriers, descriptor, mma_layout, register_a_layout, relayout,
                         tma_load, wait_copy)
@@ -146,6 +147,17 @@ def _step_product(b_a0, b_a1, b_s, BM: gl.constexpr, A_L: gl.constexpr, CODES: g
 
 
 @gluon.jit
+def _grad_e2m1(b_wt, rng, o_i, o_k, GRAD4: gl.constexpr, S_L: gl.constexpr, CODES: gl.constexpr):
+    """A half's W^T [BN, SUB] as BF16 codes of E2M1 values, scales folded in (``fp4.e2m1_grad``
+    along its queries, stochastic from ``grad_words`` word 1 when GRAD4 is 2); o_i [SUB]
+    query and o_k [BN] key positions."""
+    b_word = None
+    if GRAD4 == 2:
+        b_word = grad_words(rng, o_i, o_k, 1, 1)  # [BN, SUB]
+    return to_codes(relayout(e2m1_grad(b_wt, b_word, GRAD4 == 2), S_L), CODES, False)
+
+
+@gluon.jit
 def _pair_scaled_codes(b_w0, b_w1):
     """``row_scaled_codes`` of the row-wise concatenation [b_w0 | b_w1]: one exponent per row
     from both halves' maxima, the halves' codes and the factors 2^e."""
@@ -158,17 +170,18 @@ def _pair_scaled_codes(b_w0, b_w1):
 @gluon.jit
 def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_desc, p_dote, p_krec, p_cu_q, p_cu_k,
                       p_cu_qt, p_cu_kt, p_work, width, p_dk, p_dv, s2, scale, inv_sqrt_d, wl, wr, total_q, total_k,
-                      heads_q, GROUP: gl.constexpr, D: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
+                      heads_q, seed, GROUP: gl.constexpr, D: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
                       SCALE_BLOCK: gl.constexpr, STAGES: gl.constexpr, ROTATE_STAGES: gl.constexpr,
                       REC_L: gl.constexpr, CODES: gl.constexpr, P4: gl.constexpr, FBM: gl.constexpr,
-                      FBN: gl.constexpr, SCORE_CODES: gl.constexpr):
+                      FBN: gl.constexpr, SCORE_CODES: gl.constexpr, GRAD4: gl.constexpr):
     """``attn_bwd._dkdv_kernel``'s arguments and outputs without DQ_ATOMIC (BN = 64, 4 warps),
     with Q^, dO^ ([Tq, Hq D] by [BM, D]), Q^T, dOt^T ([Hq D, Tq_t] by [D, BM]) and K^, V^
     ([Tk, Hkv D] by [BN, D]) as TMA descriptors, p_krec the ``key_records`` words (exponents per
     SCALE_BLOCK keys from the document's start), and REC_L
     (``query_record_layout(32)``) the layout of a half-step's [32, 4] query records. BM is 32
     or 64 (``AttnTiles`` checks it). K^ and Q^ in SCORE_CODES (the mixed NVFP4 route's bf16
-    beside E4M3 codes)."""
+    beside E4M3 codes). GRAD4 and seed (None unless GRAD4 is 2): the all-4-bit route's E2M1
+    G^T, as the Triton kernel's, in groups of 16 queries (a half holds two)."""
     SUB: gl.constexpr = 32  # queries per S^T, dP^T product: a step of BM queries takes BM / SUB of them
     SS_L: gl.constexpr = mma_layout(SUB, SCORE_CODES)  # S^T's accumulator; relayouts to dP^T's
     S_L: gl.constexpr = mma_layout(SUB, CODES)
@@ -272,7 +285,11 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
         else:  # BF16: no step exponent, so the product accumulates inside the MMA
             acc_dv = _step_product(b_pc0, b_pc1, dott_s.index(slot), BM, A_L, CODES, acc_dv)
         # dK's payload rows are keys: 2^eK and 2^-eV are constant along a row, the epilogue's.
-        if CODES == gl.bfloat16:                                     # W^T is G^T 2^(eV - eK)
+        if GRAD4 > 0:  # E2M1 with its scales folded in, exact in BF16: accumulates as BF16 does
+            rng = (seed, h_q.to(gl.int64) * total_q + q_start, k_start, total_k)
+            b_gc0 = _grad_e2m1(b_w0, rng, j * BM + o_j, o_k, GRAD4, S_L, CODES)
+            b_gc1 = _grad_e2m1(b_w1, rng, j * BM + SUB + o_j, o_k, GRAD4, S_L, CODES) if BM == 2 * SUB else b_gc0
+        elif CODES == gl.bfloat16:                                   # W^T is G^T 2^(eV - eK)
             b_gc0, b_gc1 = to_codes(b_w0, CODES, False), to_codes(b_w1, CODES, False)  # no scale
         elif BM == 2 * SUB:
             b_gc0, b_gc1, b_f = _pair_scaled_codes(b_w0, b_w1)

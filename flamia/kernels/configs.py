@@ -191,14 +191,13 @@ TILES = {64: TILES_D64, 128: AttnTiles(**asdict(numerics_tiles(128)))}
 # BF16 codes take twice E4M3's shared memory and register A operands; the numerics tiles stay
 # (the emulator's), the stages and the d=64 register cap fit them (docs/PERFORMANCE.md).
 BF16_TILES = {64: replace(TILES_D64, dkdv_maxnreg=None), 128: replace(TILES[128], fwd_stages=2)}
-# The all-4-bit route's dK/dV runs the Triton kernel on the GPU too: its E2M1 G^T lives there only.
-ALL4_TILES = {d: replace(t, dkdv_gluon=False) for d, t in BF16_TILES.items()}
 QUANTIZER = QuantizerTiles()
 SUPPORTED_HEAD_DIMS = tuple(TILES)
 
 
-def tiles_for(head_dim: int, fmt: OperandFormat = E4M3, all4: bool = False) -> AttnTiles:
-    """The tiles of the kernels at head_dim for codes of format fmt (``all4``: the all-4-bit route)."""
+def tiles_for(head_dim: int, fmt: OperandFormat = E4M3) -> AttnTiles:
+    """The tiles of the kernels at head_dim for codes of format fmt (the all-4-bit route's
+    BF16 codes take BF16's: its changes are the kernels' flags)."""
     if head_dim not in TILES:
         raise ValueError(f"head_dim: the kernels support {SUPPORTED_HEAD_DIMS}, got {head_dim}")
-    return (ALL4_TILES if all4 else BF16_TILES if fmt == BF16 else TILES)[head_dim]
+    return (BF16_TILES if fmt == BF16 else TILES)[head_dim]

@@ -59,16 +59,12 @@ class Residuals(NamedTuple):
         return [t for t in self if t is not None]
 
 
-def _tiles(route, head_dim: int):
-    return tiles_for(head_dim, route.codes, route.all4)
-
-
 def empty_residuals(q: torch.Tensor, k: torch.Tensor, spec: AttnSpec) -> Residuals:
     """Residuals of the right shapes and dtypes, uninitialised: the custom op's fake."""
     (tq, hq, d), (tk, hkv) = q.shape, k.shape[:2]
     num_docs = spec.cu_seqlens_q.shape[0] - 1
     route = ROUTES[spec.recipe.name]
-    plan = plan_layout(tq, tk, num_docs, _tiles(route, d))
+    plan = plan_layout(tq, tk, num_docs, tiles_for(d, route.codes))
     tq_t, tk_t = transposed_extent(tq, num_docs), transposed_extent(tk, num_docs)
     codes, scores = route.codes.torch_dtype, route.scores.torch_dtype
     i8, i32, f32 = torch.int8, torch.int32, torch.float32
@@ -93,7 +89,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     recipe, d = spec.recipe, q.shape[-1]
     route = ROUTES[recipe.name]
     fmt = route.codes
-    tiles, rotate, block = _tiles(route, d), recipe.use_hadamard(d), recipe.scale_block
+    tiles, rotate, block = tiles_for(d, route.codes), recipe.use_hadamard(d), recipe.scale_block
     # Q^T and K^T are written now, in the launch that reads Q and K anyway: the backward's
     # dK = G^T Q^ and dQ = G K^ need them as K-major FP8 operands. The transposed codes'
     # document starts and every launch's work list come from one launch (Q's quantizer list
@@ -132,7 +128,7 @@ def backward(dout: torch.Tensor, out: torch.Tensor, res: Residuals,
     (any float dtype: its values are the kernel's bf16 output) and residuals."""
     recipe, route = spec.recipe, ROUTES[spec.recipe.name]
     fmt = route.codes
-    tiles = _tiles(route, out.shape[-1])
+    tiles = tiles_for(out.shape[-1], route.codes)
     num_docs = spec.cu_seqlens_q.shape[0] - 1
     plan = plan_layout(out.shape[0], res.k_codes.shape[0], num_docs, tiles)
     # The dO launch also writes the query records that both backward kernels read.
