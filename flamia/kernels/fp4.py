@@ -77,19 +77,19 @@ def round_e2m1(x):
 
 
 @triton.jit
-def _with_sign(mag, y):
-    """mag (fp32 >= 0) with y's sign as a bit (a negation may compile to 0 - x, which drops
-    the sign of a zero), and y itself where y is NaN."""
-    sign = (y < 0).to(tl.int32) << 31
+def _with_sign(mag, y, sign):
+    """mag (fp32 >= 0) with the sign bit ``sign`` (int32, 0 or -2^31; a negation may compile to
+    0 - x, which drops the sign of a zero), and y itself where y is NaN."""
     return tl.where(y == y, (mag.to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True), y)
 
 
 @triton.jit
 def round_e2m1_signed(y):
-    """fp32 y, |y| <= 6 or NaN -> fp32 on the E2M1 grid, nearest, ties to even, the sign kept
-    (a negative value that rounds to zero stays -0) and a NaN kept (``round_e2m1`` alone may
-    carry a NaN's payload into the sign bit and return -0)."""
-    return _with_sign(round_e2m1(tl.abs(y)), y)
+    """fp32 y, |y| <= 6 or NaN -> fp32 on the E2M1 grid, nearest, ties to even, y's sign bit
+    kept as torch.round keeps it (-0 stays -0, a negative value that rounds to zero is -0) and
+    a NaN kept (``round_e2m1`` alone may carry a NaN's payload into the sign bit and return
+    -0)."""
+    return _with_sign(round_e2m1(tl.abs(y)), y, y.to(tl.int32, bitcast=True) & -0x80000000)
 
 
 @triton.jit
@@ -104,7 +104,8 @@ def round_e2m1_stochastic(y, word):
     t = a * tl.where(a < 2.0, 2.0, tl.where(a < 4.0, 1.0, 0.5))  # a / step, exact
     lo = tl.floor(t)
     u = (word >> 8).to(tl.float32) * _U24
-    return _with_sign(tl.where(u < t - lo, lo + 1.0, lo) * step, y)
+    # the reference's sign is where(y < 0, -mag, mag): -0 gives +0
+    return _with_sign(tl.where(u < t - lo, lo + 1.0, lo) * step, y, (y < 0).to(tl.int32) << 31)
 
 
 @triton.jit

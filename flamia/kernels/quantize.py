@@ -155,15 +155,6 @@ def _nvfp4_values(b_x, b_amax, D: tl.constexpr):
 
 
 @triton.jit
-def _pow2_values(b_x, b_amax):
-    """``fp4.e2m1_pow2`` of b_x (scale from b_amax, broadcast to b_x) with x's sign bit kept on
-    zeros too: torch's round keeps -0 (dO * ro is -0 for a negative dO on a row with ro = 0),
-    e2m1_pow2 reads the sign as x < 0. A NaN stays NaN."""
-    b_v = e2m1_pow2(b_x, b_amax).to(tl.int32, bitcast=True)
-    return (b_v | (b_x.to(tl.int32, bitcast=True) & -0x80000000)).to(tl.float32, bitcast=True)
-
-
-@triton.jit
 def _token_group_values(b_t):
     """The all-4-bit route's token-axis operand: b_t [D, U] fp32 (tokens along axis 1, every 16
     of one document) in E2M1 with one power-of-two scale per (16 tokens, head-dim row), decoded
@@ -172,7 +163,7 @@ def _token_group_values(b_t):
     D: tl.constexpr = b_t.shape[0]
     U: tl.constexpr = b_t.shape[1]
     b_g = tl.reshape(b_t, [D, U // TOKENS, TOKENS])
-    return tl.reshape(_pow2_values(b_g, _amax(b_g, 2)[:, :, None]), [D, U])
+    return tl.reshape(e2m1_pow2(b_g, _amax(b_g, 2)[:, :, None]), [D, U])
 
 
 @triton.jit
@@ -238,7 +229,7 @@ def _quantize_unit(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_
         cols = _unit_cols(cu_seqlens, cu_seqlens_t, doc, unit, UNIT, T_ALIGN)
         if FP4:  # b_t is x itself here (bf16 codes take no exponent)
             if p_diag_t is not None:  # the per-token scales of diagonal tiles
-                _store_transposed(p_diag_t, _pow2_values(b_t, b_amax[None, :]), cols, h, T_t, D, CODES, INTERPRET)
+                _store_transposed(p_diag_t, e2m1_pow2(b_t, b_amax[None, :]), cols, h, T_t, D, CODES, INTERPRET)
             b_t = _token_group_values(b_t)
         _store_transposed(p_codes_t, b_t, cols, h, T_t, D, CODES, INTERPRET)
 
@@ -550,8 +541,7 @@ def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu
         records = torch.empty((heads, total, 4), dtype=torch.int32, device=dev)
     if total:
         grid, args = _units(cu_seqlens, total, step, heads, work)
-        # fp4's NVFP4 groups and token groups of a 64-token step spill at 4 warps (Triton 3.6, d=128)
-        warps = 8 if fp4 else 4
+        warps = QUANTIZER.fp4_grad_output_warps if fp4 else 4
         launch(_quantize_grad_output_kernel, grid, do, o, ro.contiguous(), do_codes, do_exps, dot_codes_t, dot_exps,
                delta, cu_seqlens, cu_t, T=total, T_t=dot_codes_t.shape[2], H=heads, p_qe=q_exps, p_pv=pv, p_m=m,
                p_rec=records, heads_kv=heads_kv, D=d, STEP=step, BLOCK=block, RECORDS=records is not None,
