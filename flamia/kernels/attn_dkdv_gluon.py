@@ -33,9 +33,8 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
-from .bwd_math import (doc_bounds, forward_diagonal, grad_scores, grad_words, masked_step, query_factors,
+from .bwd_math import (doc_bounds, e2m1_payload, forward_diagonal, grad_scores, masked_step, query_factors,
                        reciprocal_pow2, row_scaled_codes, step_range)
-from .fp4 import e2m1_grad
 from .fp8 import E4M3_EQ, E4M3_MQ, mul_rn, pow2, scale_exponent, to_codes, to_e4m3, to_output
 from .gluon_tma import (WARPS, code_descriptors, copy_barriers, descriptor, mma_layout, register_a_layout, relayout,
                         tma_load, wait_copy)
@@ -144,17 +143,6 @@ def _step_product(b_a0, b_a1, b_s, BM: gl.constexpr, A_L: gl.constexpr, CODES: g
                             b_s.slice(SUB, SUB, dim=1).permute((1, 0)), acc,
                             is_async=True)
     return warpgroup_mma_wait(0, deps=(acc,))
-
-
-@gluon.jit
-def _grad_e2m1(b_wt, rng, o_i, o_k, GRAD4: gl.constexpr, S_L: gl.constexpr, CODES: gl.constexpr):
-    """A half's W^T [BN, SUB] as BF16 codes of E2M1 values, scales folded in (``fp4.e2m1_grad``
-    along its queries, stochastic from ``grad_words`` word 1 when GRAD4 is 2); o_i [SUB]
-    query and o_k [BN] key positions."""
-    b_word = None
-    if GRAD4 == 2:
-        b_word = grad_words(rng, o_i, o_k, 1, 1)  # [BN, SUB]
-    return to_codes(relayout(e2m1_grad(b_wt, b_word, GRAD4 == 2), S_L), CODES, False)
 
 
 @gluon.jit
@@ -287,8 +275,11 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
         # dK's payload rows are keys: 2^eK and 2^-eV are constant along a row, the epilogue's.
         if GRAD4 > 0:  # E2M1 with its scales folded in, exact in BF16: accumulates as BF16 does
             rng = (seed, h_q.to(gl.int64) * total_q + q_start, k_start, total_k)
-            b_gc0 = _grad_e2m1(b_w0, rng, j * BM + o_j, o_k, GRAD4, S_L, CODES)
-            b_gc1 = _grad_e2m1(b_w1, rng, j * BM + SUB + o_j, o_k, GRAD4, S_L, CODES) if BM == 2 * SUB else b_gc0
+            b_gc0 = to_codes(relayout(e2m1_payload(b_w0, rng, j * BM + o_j, o_k, 1, GRAD4), S_L), CODES, False)
+            b_gc1 = b_gc0  # one half: unused
+            if BM == 2 * SUB:
+                b_gc1 = to_codes(relayout(e2m1_payload(b_w1, rng, j * BM + SUB + o_j, o_k, 1, GRAD4), S_L), CODES,
+                                 False)
         elif CODES == gl.bfloat16:                                   # W^T is G^T 2^(eV - eK)
             b_gc0, b_gc1 = to_codes(b_w0, CODES, False), to_codes(b_w1, CODES, False)  # no scale
         elif BM == 2 * SUB:

@@ -12,7 +12,7 @@ the next without waiting for the sum.
 
 The step order (the full steps, then the masked ones: dQ's fp32 sum follows it), the
 payload (``bwd_math.grad_scores``, ``row_scaled_codes``; the all-4-bit route's E2M1 G,
-``fp4.e2m1_grad`` on ``bwd_math.grad_words``) and the epilogue (``store_dq``) are the Triton
+``bwd_math.e2m1_payload``) and the epilogue (``store_dq``) are the Triton
 kernel's helpers, and the wgmma shapes are those Triton picks, so dQ equals the
 Triton kernel's bit for bit (the GPU tests check it). Gluon has no CPU interpreter: under
 TRITON_INTERPRET the Triton kernel runs, and the CPU suite checks it against the emulator.
@@ -21,9 +21,8 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
-from .bwd_math import (doc_bounds, forward_diagonal, grad_scores, grad_words, masked_step, query_factors,
+from .bwd_math import (doc_bounds, e2m1_payload, forward_diagonal, grad_scores, masked_step, query_factors,
                        reciprocal_pow2, row_scaled_codes, step_range, store_dq)
-from .fp4 import e2m1_grad
 from .fp8 import to_codes
 from .gluon_tma import (WARPS, code_descriptors, copy_barriers, mma_layout, register_a_layout, relayout, tma_load,
                         wait_copy)
@@ -162,10 +161,7 @@ def dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, kt_desc, p_rec, p_krec, p_c
                           False, P4, forward_diagonal(i0, k0, geo, FBM, FBN), relayout, S_L)[1]  # G
         b_init = b_zero_o
         if GRAD4 > 0:  # E2M1 with its scales folded in, exact in BF16: accumulates as BF16 does
-            b_word = None
-            if GRAD4 == 2:
-                b_word = grad_words(rng, o_i, k0 + o_j, 0, 0)  # [BM, BN]
-            b_gc = to_codes(relayout(e2m1_grad(b_g, b_word, GRAD4 == 2), S_L), CODES, False)
+            b_gc = to_codes(relayout(e2m1_payload(b_g, rng, o_i, k0 + o_j, 0, GRAD4), S_L), CODES, False)
             b_init = acc
         elif CODES == gl.bfloat16:  # BF16 payloads take no scale: the product accumulates into acc in the MMA
             b_gc = to_codes(b_g, CODES, False)

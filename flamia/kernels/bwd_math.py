@@ -8,6 +8,7 @@ which lets Gluon kernels call it.
 import triton
 import triton.language as tl
 
+from .fp4 import e2m1_grad
 from .fp8 import E4M3_EQ, E4M3_MQ, code_grid, mul_rn, pow2, scale_exponent, to_e4m3, to_output
 from .fwd_math import diagonal_tile, p4_values, same_layout
 from .hadamard import rotate
@@ -68,6 +69,17 @@ def grad_words(rng, o_i, o_k, Q_AXIS: tl.constexpr, WORD: tl.constexpr):
     else:
         w = w1
     return w
+
+
+@triton.jit
+def e2m1_payload(b_g, rng, o_i, o_k, Q_AXIS: tl.constexpr, GRAD4: tl.constexpr):
+    """The all-4-bit route's payload (NUMERICS.md 6): fp32 [tile] G (Q_AXIS 0, dQ: Philox word
+    0) or G^T (Q_AXIS 1, dK: word 1) as E2M1 values with their scales folded in
+    (``fp4.e2m1_grad``), to nearest (GRAD4 1) or stochastically (2, ``grad_words``)."""
+    b_word = None
+    if GRAD4 == 2:
+        b_word = grad_words(rng, o_i, o_k, Q_AXIS, Q_AXIS)
+    return e2m1_grad(b_g, b_word, GRAD4 == 2)
 
 
 @triton.jit
