@@ -8,6 +8,7 @@ stall the stream); pass True to check CUDA inputs while debugging.
 """
 import math
 import numbers
+import warnings
 
 import torch
 
@@ -145,6 +146,10 @@ def resolve_seed(seed, recipe: Recipe) -> int:
         raise ValueError(f"seed: expected None or an int in [0, 2^63), got {seed!r}")
     if not recipe.rounds_grad_stochastically:
         return 0
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        warnings.warn(f"seed: recipe {recipe.name!r} rounds stochastically and this call is being captured in a CUDA "
+                      "graph, which replays the random bits of its capture on every replay (NUMERICS.md 6)",
+                      stacklevel=3)
     if seed is None:
         if torch.compiler.is_compiling():
             raise ValueError(f"seed: recipe {recipe.name!r} rounds stochastically; under torch.compile pass an "

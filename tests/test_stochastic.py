@@ -1,6 +1,8 @@
 """The fp4 route's stochastic rounding of G (NUMERICS.md 6): the random bits are Triton's
 Philox (``tl.randint4x``) bit for bit, the rounding is exact and unbiased, and a call's
 gradients depend on its seed exactly where the contract says."""
+import warnings
+
 import pytest
 import torch
 import triton
@@ -124,3 +126,15 @@ def test_compiled_call_takes_the_seed(small):
     grads = torch.autograd.grad(out, (qs, ks, vs), small.do)
     want = _grads("fp4", 5, small)
     assert torch.equal(out, want[0]) and all(torch.equal(a, b) for a, b in zip(grads, want[1:]))
+
+
+def test_graph_capture_of_a_stochastic_call_warns(small, monkeypatch):
+    """A CUDA graph replays its capture's random bits: the capture says so (faked on the CPU)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    with pytest.warns(UserWarning, match="^seed: .*CUDA graph"):
+        flamia.validation.resolve_seed(None, Recipe("fp4"))
+    for recipe in (Recipe("fp4", stochastic_grad=False), Recipe("mxfp8")):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            flamia.validation.resolve_seed(None, recipe)
