@@ -31,10 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 _MMA = ("QGMMA", "HGMMA", "HMMA")
 
 
-def capture(workload: str, recipe: str, backward: bool = True) -> list[dict]:
+def capture(workload: str, recipe: str, backward: bool = True, tiles: dict | None = None) -> list[dict]:
     """Every kernel launch of one training call (forward + backward, or the forward alone) on
     ``workload``'s shapes, as {kernel, module, grid, args: [{kind, ...}], kwargs}; the kernels
-    do not run."""
+    do not run. tiles: ``AttnTiles`` fields to change for the recipe's codes at the workload's
+    head dim (a candidate's shared memory and registers before any device time)."""
     os.environ["TRITON_INTERPRET"] = "1"
     import torch
     import triton.language as tl
@@ -80,6 +81,13 @@ def capture(workload: str, recipe: str, backward: bool = True) -> list[dict]:
     GluonJITFunction.run = record
     quantize.interpreting = attn_fwd.interpreting = attn_bwd.interpreting = lambda: False
     i = make_case(WORKLOADS[workload], "cpu").inputs
+    if tiles:
+        from dataclasses import replace
+
+        from flamia.kernels import configs
+        d = i.q.shape[-1]
+        table = configs.BF16_TILES if configs.ROUTES[resolve_recipe(recipe).name].codes == configs.BF16 else configs.TILES
+        table[d] = replace(table[d], **tiles)
     q, k, v = (x.detach().clone().requires_grad_() for x in (i.q, i.k, i.v))
     spec = AttnSpec(i.cu_seqlens, i.cu_seqlens, i.max_seqlen, i.max_seqlen, True, q.shape[-1] ** -0.5, (-1, -1),
                     resolve_recipe(recipe))
@@ -232,11 +240,13 @@ def main(argv=None) -> int:
     ap.add_argument("--recipe", default="mxfp8", help="a recipe the triton backend runs (mxfp8, bf16)")
     ap.add_argument("--kernels", default=".", help="regex on kernel names")
     ap.add_argument("--forward-only", action="store_true", help="the forward's launches alone")
+    ap.add_argument("--tiles", default="{}", help="AttnTiles fields to change for the recipe at the workload's "
+                    "head dim, as JSON, e.g. '{\"fwd_stages\": 3}'")
     ap.add_argument("--out", help="also write the report as JSON here")
     ap.add_argument("--capture", action="store_true", help=argparse.SUPPRESS)  # the first process
     args = ap.parse_args(argv)
     if args.capture:
-        json.dump(capture(args.workload, args.recipe, not args.forward_only), sys.stdout)
+        json.dump(capture(args.workload, args.recipe, not args.forward_only, json.loads(args.tiles)), sys.stdout)
         return 0
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         # Kernels imported under the interpreter cannot be compiled: run again without it.
@@ -244,7 +254,7 @@ def main(argv=None) -> int:
         return subprocess.run([sys.executable, __file__, *(sys.argv[1:] if argv is None else argv)], env=env).returncode
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     recorded = subprocess.run([sys.executable, __file__, "--capture", "--workload", args.workload, "--recipe",
-                               args.recipe] + ["--forward-only"] * args.forward_only, env=env,
+                               args.recipe, "--tiles", args.tiles] + ["--forward-only"] * args.forward_only, env=env,
                               capture_output=True, text=True, check=True).stdout
     report, seen = {}, {}
     for launch in json.loads(recorded):
