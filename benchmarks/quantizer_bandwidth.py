@@ -3,8 +3,9 @@
 
     PYTHONPATH=. python3 benchmarks/quantizer_bandwidth.py [--workloads eq8x8k,...] [--out DIR]
 
-Per launch (Q and K together, V with the key records, dO with the query records; mxfp8, and
-nvfp4 whose Q and K launch also writes the score codes): its bytes are those of every tensor
+Per launch (Q and K together, V with the key records, dO with the query records; mxfp8,
+nvfp4 whose Q and K launch also writes the score codes, and fp4 whose launches write
+decoded bf16 operands, K's and V's also with per-key scales): its bytes are those of every tensor
 it reads or writes (each counted once, as a launch that touched each byte once would move
 them), its time the CUDA-graphed launch alone (``flamia.bench.timing``'s graph and clock,
 median of 3 samples of 200 replays). The copy time is a bf16 ``copy_`` moving as many bytes
@@ -31,6 +32,8 @@ from flamia.kernels import replay  # noqa: E402
 from flamia.kernels.configs import ROUTES, tiles_for  # noqa: E402
 from flamia.kernels.plan import build_plan  # noqa: E402
 from flamia.kernels.quantize import quantize_grad_output, quantize_operand, quantize_pair  # noqa: E402
+from flamia.kernels.quantize_fp4 import (quantize_fp4_grad_output, quantize_fp4_operand,  # noqa: E402
+                                         quantize_fp4_pair)
 from flamia.recipes import RECIPES  # noqa: E402
 
 
@@ -60,8 +63,38 @@ def copy_ms(nbytes: int, device) -> float:
     return timed(lambda: dst.copy_(src))
 
 
+def fp4_launches_of(case, recipe: str) -> dict:
+    """``launches_of`` for the all-4-bit route (kernels/ops.py's calls)."""
+    i = case.inputs
+    rotate = RECIPES[recipe].use_hadamard(i.q.shape[-1])
+    tiles = tiles_for(i.q.shape[-1], ROUTES[recipe].codes)
+    plan = build_plan(i.cu_seqlens, i.cu_seqlens, i.q.shape[0], i.k.shape[0], tiles)
+    work = plan.work("q_operand")
+
+    def pair():
+        return quantize_fp4_pair(i.q, i.k, i.cu_seqlens, i.cu_seqlens, rotate, plan.cu_qt, plan.cu_kt, work, work)
+
+    qq, kq = pair()
+    for got, x, diagonal in ((qq, i.q, False), (kq, i.k, True)):
+        plain = quantize_fp4_operand(x, i.cu_seqlens, rotate, diagonal, plan.cu_qt, work)
+        assert torch.equal(got.codes, plain.codes) and torch.equal(got.codes_t, plain.codes_t)
+    heads, total = i.q.shape[1], i.q.shape[0]
+    ro = torch.rand(heads, total, device=i.q.device)
+    pv = torch.zeros(total, i.k.shape[1], dtype=torch.int32, device=i.q.device)
+    m = torch.zeros(heads, total, device=i.q.device)
+    return {
+        "q+k": pair,
+        "v": lambda: quantize_fp4_operand(i.v, i.cu_seqlens, False, True, plan.cu_kt, work, key_records=True),
+        "do": lambda: quantize_fp4_grad_output(i.do, i.q, ro, i.cu_seqlens, tiles.bwd_block_m, plan.cu_qt,
+                                               plan.work("grad_out"), q_exps=qq.exps, pv=pv, m=m,
+                                               sigma=RECIPES[recipe].sigma),
+    }
+
+
 def launches_of(case, recipe: str) -> dict:
     """name -> a function that issues that launch, and checks the Q/K launch once."""
+    if ROUTES[recipe].all4:
+        return fp4_launches_of(case, recipe)
     i = case.inputs
     rec = RECIPES[recipe]
     route = ROUTES[recipe]
@@ -98,7 +131,7 @@ def launches_of(case, recipe: str) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", default="eq8x8k,skew8k+224x256,logu29-64k,eq4x4k")
-    parser.add_argument("--recipes", default="mxfp8,nvfp4")
+    parser.add_argument("--recipes", default="mxfp8,nvfp4,fp4")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     device = torch.device("cuda")
