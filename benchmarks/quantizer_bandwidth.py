@@ -63,69 +63,49 @@ def copy_ms(nbytes: int, device) -> float:
     return timed(lambda: dst.copy_(src))
 
 
-def fp4_launches_of(case, recipe: str) -> dict:
-    """``launches_of`` for the all-4-bit route (kernels/ops.py's calls)."""
-    i = case.inputs
-    rotate = RECIPES[recipe].use_hadamard(i.q.shape[-1])
-    tiles = tiles_for(i.q.shape[-1], ROUTES[recipe].codes)
-    plan = build_plan(i.cu_seqlens, i.cu_seqlens, i.q.shape[0], i.k.shape[0], tiles)
-    work = plan.work("q_operand")
-
-    def pair():
-        return quantize_fp4_pair(i.q, i.k, i.cu_seqlens, i.cu_seqlens, rotate, plan.cu_qt, plan.cu_kt, work, work)
-
-    qq, kq = pair()
-    for got, x, diagonal in ((qq, i.q, False), (kq, i.k, True)):
-        plain = quantize_fp4_operand(x, i.cu_seqlens, rotate, diagonal, plan.cu_qt, work)
-        assert torch.equal(got.codes, plain.codes) and torch.equal(got.codes_t, plain.codes_t)
-    heads, total = i.q.shape[1], i.q.shape[0]
-    ro = torch.rand(heads, total, device=i.q.device)
-    pv = torch.zeros(total, i.k.shape[1], dtype=torch.int32, device=i.q.device)
-    m = torch.zeros(heads, total, device=i.q.device)
-    return {
-        "q+k": pair,
-        "v": lambda: quantize_fp4_operand(i.v, i.cu_seqlens, False, True, plan.cu_kt, work, key_records=True),
-        "do": lambda: quantize_fp4_grad_output(i.do, i.q, ro, i.cu_seqlens, tiles.bwd_block_m, plan.cu_qt,
-                                               plan.work("grad_out"), q_exps=qq.exps, pv=pv, m=m,
-                                               sigma=RECIPES[recipe].sigma),
-    }
-
-
 def launches_of(case, recipe: str) -> dict:
-    """name -> a function that issues that launch, and checks the Q/K launch once."""
-    if ROUTES[recipe].all4:
-        return fp4_launches_of(case, recipe)
+    """name -> a function that issues that launch (kernels/ops.py's calls), after checking the
+    Q/K launch once against a plain launch of each operand."""
     i = case.inputs
-    rec = RECIPES[recipe]
-    route = ROUTES[recipe]
+    rec, route = RECIPES[recipe], ROUTES[recipe]
     d = i.q.shape[-1]
     rotate, block = rec.use_hadamard(d), rec.scale_block
     tiles = tiles_for(d, route.codes)
     plan = build_plan(i.cu_seqlens, i.cu_seqlens, i.q.shape[0], i.k.shape[0], tiles)
     work = plan.work("q_operand")
-    scores = route.scores != route.codes
+    if route.all4:
+        def pair():
+            return quantize_fp4_pair(i.q, i.k, i.cu_seqlens, i.cu_seqlens, rotate, plan.cu_qt, plan.cu_kt, work, work)
 
-    def pair():
-        return quantize_pair(i.q, i.k, i.cu_seqlens, i.cu_seqlens, block, rotate, plan.cu_qt, plan.cu_kt, work, work,
-                             route.codes, scores)
+        qq, kq = pair()
+        for got, x, diagonal in ((qq, i.q, False), (kq, i.k, True)):
+            plain = quantize_fp4_operand(x, i.cu_seqlens, rotate, diagonal, plan.cu_qt, work)
+            assert torch.equal(got.codes, plain.codes) and torch.equal(got.codes_t, plain.codes_t)
+    else:
+        def pair():
+            return quantize_pair(i.q, i.k, i.cu_seqlens, i.cu_seqlens, block, rotate, plan.cu_qt, plan.cu_kt, work,
+                                 work, route.codes, route.scores != route.codes)
 
-    qq, kq = pair()
-    for got, x in ((qq, i.q), (kq, i.k)):
-        plain = quantize_operand(x, i.cu_seqlens, block, rotate, True, plan.cu_qt, work, fmt=route.codes)
-        assert torch.equal(got.exps, plain.exps) and torch.equal(got.codes_t.view(torch.uint8),
-                                                                 plain.codes_t.view(torch.uint8))
+        qq, kq = pair()
+        for got, x in ((qq, i.q), (kq, i.k)):
+            plain = quantize_operand(x, i.cu_seqlens, block, rotate, True, plan.cu_qt, work, fmt=route.codes)
+            assert torch.equal(got.exps, plain.exps) and torch.equal(got.codes_t.view(torch.uint8),
+                                                                     plain.codes_t.view(torch.uint8))
     heads, total = i.q.shape[1], i.q.shape[0]
     ro = torch.rand(heads, total, device=i.q.device)
-    pv = torch.zeros(total, i.k.shape[1], dtype=torch.int32, device=i.q.device)
-    m = torch.zeros(heads, total, device=i.q.device)
-    return {
-        "q+k": pair,
-        "v": lambda: quantize_operand(i.v, i.cu_seqlens, block, False, True, plan.cu_kt, work, key_exps=kq.exps,
-                                      fmt=route.codes),
-        "do": lambda: quantize_grad_output(i.do, i.q, ro, i.cu_seqlens, block, tiles.bwd_block_m, plan.cu_qt,
-                                           plan.work("grad_out"), q_exps=qq.exps, pv=pv, m=m,
-                                           sigma=rec.sigma, fmt=route.codes),
-    }
+    records = dict(q_exps=qq.exps, pv=torch.zeros(total, i.k.shape[1], dtype=torch.int32, device=i.q.device),
+                   m=torch.zeros(heads, total, device=i.q.device), sigma=rec.sigma)
+    grad_out = plan.work("grad_out")
+    if route.all4:
+        v = lambda: quantize_fp4_operand(i.v, i.cu_seqlens, False, True, plan.cu_kt, work, key_records=True)
+        do = lambda: quantize_fp4_grad_output(i.do, i.q, ro, i.cu_seqlens, tiles.bwd_block_m, plan.cu_qt, grad_out,
+                                              **records)
+    else:
+        v = lambda: quantize_operand(i.v, i.cu_seqlens, block, False, True, plan.cu_kt, work, key_exps=kq.exps,
+                                     fmt=route.codes)
+        do = lambda: quantize_grad_output(i.do, i.q, ro, i.cu_seqlens, block, tiles.bwd_block_m, plan.cu_qt, grad_out,
+                                          fmt=route.codes, **records)
+    return {"q+k": pair, "v": v, "do": do}
 
 
 def main(argv=None) -> int:

@@ -39,8 +39,8 @@ def timed(job) -> float:
     return min(cuda_clock(graphed, 10) for _ in range(3))
 
 
-def measure(recipe: str, name: str, change: dict) -> dict:
-    case = make_case(WORKLOADS[name], "cuda")
+def measure(recipe: str, name: str, case, change: dict) -> dict:
+    """Times ``case`` (workload ``name``) on the recipe's tiles with ``change``, then restores them."""
     d = case.inputs.q.shape[-1]
     table = configs.BF16_TILES if configs.ROUTES[recipe].codes == configs.BF16 else configs.TILES
     base = table[d]
@@ -70,9 +70,12 @@ def main() -> int:
     rows = []
     with torch.cuda.stream(torch.cuda.Stream()):
         for name in args.workloads.split(","):
+            case = make_case(WORKLOADS[name], "cuda")
             for change in json.loads(args.configs):
-                rows.append(measure(args.recipe, name, change))
+                rows.append(measure(args.recipe, name, case, change))
                 print(json.dumps(rows[-1]), flush=True)
+            del case
+            torch.cuda.empty_cache()
     head = {"recipe": args.recipe, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
             "triton": __import__("triton").__version__, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "protocol": "CUDA-graphed, best of 3 x 10 calls"}
