@@ -14,6 +14,7 @@ from flamia.formats.nvfp4 import NVFP4_GROUP, e4m3_round_up, quantize_nvfp4
 from flamia.kernels.fp4 import e2m1_codes as e2m1_codes_kernel
 from flamia.kernels.fp4 import e4m3_round_up as e4m3_round_up_kernel
 from flamia.kernels.fp4 import round_e2m1 as round_e2m1_kernel
+from flamia.kernels.fp4 import round_e2m1_signed as round_e2m1_signed_kernel
 from flamia.kernels.quantize import quantize_operand, quantize_pair
 from flamia.kernels.quantize_fp4 import quantize_nvfp4_operand
 from flamia.kernels.worklist import tile_list
@@ -216,6 +217,25 @@ def test_helpers_match_formats():
     _helpers_kernel[(1,)](special, codes, up, rounded, special.numel(), BLOCK=1024)
     assert codes[:5].tolist() == e2m1_codes(special).int().tolist() == [7, 7, 15, 0, 8]
 
+
+
+@triton.jit
+def _round_nan_kernel(p_x, p_y, p_ys, n, BLOCK: tl.constexpr):
+    o = tl.arange(0, BLOCK)
+    x = tl.load(p_x + o, mask=o < n)
+    tl.store(p_y + o, round_e2m1_kernel(x), mask=o < n)
+    tl.store(p_ys + o, round_e2m1_signed_kernel(x), mask=o < n)
+
+
+def test_round_e2m1_keeps_every_nan():
+    """A NaN of any payload stays NaN in the 4-bit P rounding: the GPU's own NaN, 0x7FFFFFFF,
+    carried into the sign bit on the bit path and became -0, which dropped a poisoned row
+    from O and dV on the all-4-bit route."""
+    nan_bits = torch.tensor([0x7FFFFFFF, 0x7FC00000, 0x7F800001, 0x7FFF8000, -1, -0x400000], dtype=torch.int32)
+    x = nan_bits.view(torch.float32).to(DEVICE)
+    y, ys = torch.empty_like(x), torch.empty_like(x)
+    _round_nan_kernel[(1,)](x, y, ys, x.numel(), BLOCK=8)
+    assert torch.isnan(y).all() and torch.isnan(ys).all()
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -31,6 +31,7 @@ from .layout import check_operand, mma_token_order, transposed_extent
 from .records import key_records, packed_key_factors
 from .worklist import list_extent, program_tile, tile_list
 from .launch import launch
+from ..validation import INPUT_DTYPES
 
 LOG2E = math.log2(math.e)
 HEAD_DIMS = (64, 128)
@@ -131,7 +132,7 @@ def _attn_fwd_kernel(p_q, p_qe, p_k, p_vt, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt
                                            TAU, D, BN, run != 1, CODES, P4, P4_SUM, APPROX_EXP, ALL4, INTERPRET)
 
     b_ro, b_lse, b_m = finish_rows(b_l, b_m, b_pv, SIGMA)
-    b_o = to_output(b_acc * b_ro[:, None], tl.bfloat16, INTERPRET)
+    b_o = to_output(b_acc * b_ro[:, None], p_o.dtype.element_ty, INTERPRET)
     tl.store(p_o + (o_row[:, None] * heads_q + h) * D + o_d[None, :], b_o, mask=m_row[:, None])
     o_stat = h.to(tl.int64) * total_q + o_row
     tl.store(p_lse + o_stat, b_lse, mask=m_row)
@@ -144,7 +145,7 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
                       sigma: int, scale_block: int, tiles: AttnTiles, key_rec: torch.Tensor | None = None,
                       work: torch.Tensor | None = None, p4: int = 0, p4_sum: bool = False,
                       diag_block_m: int | None = None, approx_exp: bool = False,
-                      v_codes_t_diag: torch.Tensor | None = None):
+                      v_codes_t_diag: torch.Tensor | None = None, out_dtype: torch.dtype = torch.bfloat16):
     """The forward on quantized operands (NUMERICS.md 3), in the codes' format: float8_e4m3fn
     (MXFP8) or bfloat16 (the BF16 recipe: every exponent 0). The mixed NVFP4 route
     (NUMERICS.md 6) gives bfloat16 Q and K codes (NVFP4 values times 2^-2) beside E4M3 V
@@ -170,7 +171,8 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
     multiple of Hkv. work: the ``tile_list`` of query tiles (``fwd_block_m``, reversed) if the
     caller has it (``plan.build_plan``), else built here.
 
-    Returns out [Tq, Hq, D] bf16 and lse (natural log), m (integer running max, log2 units),
+    Returns out [Tq, Hq, D] in ``out_dtype`` (bf16, fp16 or fp32: the inputs', rounded once
+    from fp32) and lse (natural log), m (integer running max, log2 units),
     ro = 2^(PV - sigma) / l, each [Hq, Tq] fp32.
     """
     tq, hq, d = q_codes.shape
@@ -206,7 +208,9 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
         raise ValueError(f"scale_block: must be 1 or 32, got {scale_block}")
 
     dev = q_codes.device
-    out = torch.empty((tq, hq, d), dtype=torch.bfloat16, device=dev)
+    if out_dtype not in INPUT_DTYPES:
+        raise ValueError(f"out_dtype: must be one of {INPUT_DTYPES}, got {out_dtype}")
+    out = torch.empty((tq, hq, d), dtype=out_dtype, device=dev)
     lse, m, ro = (torch.empty((hq, tq), dtype=torch.float32, device=dev) for _ in range(3))
     if tq == 0 or num_docs == 0 or hq == 0:
         return out, lse, m, ro

@@ -165,7 +165,7 @@ def attn_fwd_gluon_kernel(q_desc, p_qe, k_desc, vt_desc, p_krec, p_pv, p_cu_q, p
         wait_copy(bars, n + 1 + i, STAGES)
 
     b_ro, b_lse, b_m = finish_rows(b_l, b_m, b_pv, SIGMA)
-    b_o = to_output(b_acc * gl.convert_layout(b_ro, gl.SliceLayout(1, O_L))[:, None], gl.bfloat16, False)
+    b_o = to_output(b_acc * gl.convert_layout(b_ro, gl.SliceLayout(1, O_L))[:, None], p_o.dtype.element_ty, False)
     o_mo = i0 + gl.arange(0, BM, layout=gl.SliceLayout(1, O_L))
     o_do = gl.arange(0, D, layout=gl.SliceLayout(0, O_L))
     p_o_tile = p_o + ((q_start.to(gl.int64) + o_mo)[:, None] * heads_q + h) * D + o_do[None, :]  # [BM, D]

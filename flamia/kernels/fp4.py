@@ -66,14 +66,15 @@ def e2m1_codes(x):
 
 @triton.jit
 def round_e2m1(x):
-    """fp32 x in [0, 6] -> fp32 on the E2M1 grid, nearest, ties to even
-    (``formats.e2m1.round_to_e2m1``). From 1 up the grid is every value with one mantissa
-    bit: round the bits there (add half a step less one, plus the kept bit, then truncate);
-    below 1 it is multiples of 0.5: the 1.5 * 2^22 add rounds there. Seven operations, the
-    4-bit P's cost per score."""
+    """fp32 x in [0, 6] or NaN -> fp32 on the E2M1 grid, nearest, ties to even
+    (``formats.e2m1.round_to_e2m1``), NaN kept. From 1 up the grid is every value with one
+    mantissa bit: round the bits there (add half a step less one, plus the kept bit, then
+    truncate); below 1 it is multiples of 0.5: the 1.5 * 2^22 add rounds there. A NaN takes
+    the add (x >= 1 is false), since the bits would carry the GPU's NaN, 0x7FFFFFFF, into the
+    sign and give -0. Seven operations, the 4-bit P's cost per score."""
     b = x.to(tl.int32, bitcast=True)
     r1 = ((b + 0x1FFFFF + ((b >> 22) & 1)) & -0x400000).to(tl.float32, bitcast=True)
-    return tl.where(x < 1.0, (x + _HALF_STEPS) - _HALF_STEPS, r1)
+    return tl.where(x >= 1.0, r1, (x + _HALF_STEPS) - _HALF_STEPS)
 
 
 @triton.jit
@@ -87,8 +88,7 @@ def _with_sign(mag, y, sign):
 def round_e2m1_signed(y):
     """fp32 y, |y| <= 6 or NaN -> fp32 on the E2M1 grid, nearest, ties to even, y's sign bit
     kept as torch.round keeps it (-0 stays -0, a negative value that rounds to zero is -0) and
-    a NaN kept (``round_e2m1`` alone may carry a NaN's payload into the sign bit and return
-    -0)."""
+    a NaN kept as it is."""
     return _with_sign(round_e2m1(tl.abs(y)), y, y.to(tl.int32, bitcast=True) & -0x80000000)
 
 
@@ -96,7 +96,7 @@ def round_e2m1_signed(y):
 def round_e2m1_stochastic(y, word):
     """fp32 y, |y| <= 6 or NaN -> the E2M1 grid stochastically (``formats.e2m1``'s
     ``round_to_e2m1_stochastic``): |y| between grid neighbours lo < hi goes to hi iff
-    u < (|y| - lo) / (hi - lo), u = (word >> 8) 2^-24 of a uint32 Philox word; the sign kept.
+    u < (|y| - lo) / (hi - lo), u = (word >> 8) 2^-24 of a uint32 random word; the sign kept.
     Every step is exact in fp32 (the spacing is a power of two)."""
     a = tl.abs(y)
     a = tl.where(a > 6.0, 6.0, a)  # a NaN stays NaN, where tl.minimum would drop it on the GPU
@@ -121,7 +121,7 @@ def e2m1_pow2(x, amax):
 def e2m1_grad(b_g, b_word, STOCHASTIC: tl.constexpr):
     """The all-4-bit route's G (NUMERICS.md 6): b_g [R, C] fp32 -> fp32 E2M1 values times
     their power-of-two scales, one scale per (row, 16 columns from the tile's start),
-    e = scale_exponent(group max |G|, 6); rounded stochastically with the Philox words b_word
+    e = scale_exponent(group max |G|, 6); rounded stochastically with the random words b_word
     [R, C] uint32 when STOCHASTIC, else to nearest. The scale is folded into the values, as
     exact as the values themselves (two significant bits), so a BF16 MMA takes them as they
     are."""

@@ -115,17 +115,17 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         softmax_scale=spec.softmax_scale, tau=recipe.tau, sigma=recipe.sigma, scale_block=block, tiles=tiles,
         key_rec=key_rec, work=plan.work("fwd"), p4=p4_mode(recipe, forward=True), p4_sum=recipe.p4_sum_quantized,
         diag_block_m=recipe.fwd_diag_block_m, approx_exp=recipe.fwd_approx_exp,
-        v_codes_t_diag=vq.codes_t_diag if route.all4 else None)
+        v_codes_t_diag=vq.codes_t_diag if route.all4 else None, out_dtype=q.dtype)
     res = Residuals(qq.codes, qq.codes_t, qq.exps, kq.codes, kq.codes_t, kq.exps, vq.codes, vq.exps,
                     plan.cu_qt, plan.cu_kt, key_rec, m, ro, pv, plan.buffer,
                     kq.codes_t_diag if route.all4 else None)
-    return out.to(q.dtype), lse, res
+    return out, lse, res
 
 
 def backward(dout: torch.Tensor, out: torch.Tensor, res: Residuals,
              spec: AttnSpec) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq [Tq, Hq, D], dk, dv [Tk, Hkv, D] in dout's dtype from dO and the forward's out
-    (any float dtype: its values are the kernel's bf16 output) and residuals."""
+    (the inputs' dtype) and residuals."""
     recipe, route = spec.recipe, ROUTES[spec.recipe.name]
     fmt = route.codes
     tiles = tiles_for(out.shape[-1], route.codes)
