@@ -12,7 +12,7 @@ Triton kernels) launches a few times on small tensors and the sanitizer stays fa
 The default cases cover each head dim (64: plain quantizer; 128: the rotated one), each mask
 (causal; a two-sided window, non-causal) and each MXFP8 recipe (mxfp8, 32-token scales;
 mxfp8-exact, per-token scales) twice, and the mixed NVFP4 route (bf16 score codes, 4-bit P)
-and the all-4-bit route (per-key diagonal operands, E2M1 G from Philox words, one seed for
+and the all-4-bit route (per-key diagonal operands, E2M1 G from hashed random words, one seed for
 all three calls) once per head dim; ``--cases all`` runs all twenty combinations.
 ``--warm`` runs every case once more first (compiles outside what a sanitizer should see,
 when the Triton cache is cold). Prints one line per case and exits non-zero if an output or

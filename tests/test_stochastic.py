@@ -1,6 +1,6 @@
-"""The fp4 route's stochastic rounding of G (NUMERICS.md 6): the random bits are Triton's
-Philox (``tl.randint4x``) bit for bit, the rounding is exact and unbiased, and a call's
-gradients depend on its seed exactly where the contract says."""
+"""The fp4 route's stochastic rounding of G (NUMERICS.md 6): the kernels draw the emulator's
+random words bit for bit, the words look like independent uniform bits, the rounding is exact
+and unbiased, and a call's gradients depend on its seed exactly where the contract says."""
 import warnings
 
 import pytest
@@ -11,34 +11,61 @@ import triton.language as tl
 import flamia
 from flamia import Recipe
 from flamia.formats import E2M1_VALUES, round_to_e2m1_stochastic
-from flamia.formats.philox import randint4x, uniform24
+from flamia.formats.random_bits import grad_bits, row_key, uniform24
+from flamia.kernels.bwd_math import grad_words
 from flamia.workload import make_packed_inputs
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 @triton.jit
-def _randint4x_kernel(p_out, p_offset, seed, N: tl.constexpr):
-    o = tl.arange(0, N)
-    a, b, c, d = tl.randint4x(seed, tl.load(p_offset + o))
-    tl.store(p_out + o, a)
-    tl.store(p_out + N + o, b)
-    tl.store(p_out + 2 * N + o, c)
-    tl.store(p_out + 3 * N + o, d)
+def _grad_words_kernel(p_out, p_rows, p_keys, seed, row0, key0, N: tl.constexpr, M: tl.constexpr):
+    o_n, o_m = tl.arange(0, N), tl.arange(0, M)
+    rows, keys = tl.load(p_rows + o_n), tl.load(p_keys + o_m)
+    o_out = o_n[:, None] * M + o_m[None, :]  # [N, M]
+    tl.store(p_out + o_out, grad_words((seed, row0, key0), rows, keys, 0, 0).to(tl.int32, bitcast=True))
+    tl.store(p_out + N * M + o_out, grad_words((seed, row0, key0), rows, keys, 0, 1).to(tl.int32, bitcast=True))
 
 
 @pytest.mark.parametrize("seed", [0, 1, 987654321, 2 ** 40 + 7, 2 ** 63 - 1])
-def test_philox_is_tritons(seed):
-    """Offsets past 2^32 use the counter's high word, as Triton's do."""
-    offset = torch.arange(256, dtype=torch.int64) * 1_000_003 + (2 ** 33 + 5) * (seed % 2)
-    out = torch.empty(4 * 256, dtype=torch.int32, device=DEVICE)
-    _randint4x_kernel[(1,)](out, offset.to(DEVICE), seed, N=256)
-    assert torch.equal(out.cpu().long() & 0xFFFFFFFF, torch.cat(randint4x(seed, offset)))
+def test_kernel_words_are_the_emulators(seed):
+    """Both streams, rows past 2^32 (the row key's high word) and scattered keys."""
+    n, m = 16, 32
+    rows = torch.arange(n, dtype=torch.int32) * 7919
+    keys = torch.arange(m, dtype=torch.int32) * 104729 + 3
+    row0, key0 = (2 ** 33 + 5) * (seed % 2) + 11, 1000
+    out = torch.empty(2 * n * m, dtype=torch.int32, device=DEVICE)
+    _grad_words_kernel[(1,)](out, rows.to(DEVICE), keys.to(DEVICE), seed, row0, key0, N=n, M=m)
+    want = [grad_bits(seed, stream, row0 + rows.long()[:, None], key0 + keys.long()[None, :]) for stream in (0, 1)]
+    assert torch.equal(out.cpu().long() & 0xFFFFFFFF, torch.cat(want).flatten())
 
 
-def test_philox_rejects_seeds_out_of_range():
+def test_seeds_out_of_range_are_named():
     with pytest.raises(ValueError, match="seed"):
-        randint4x(-1, torch.zeros(1))
+        row_key(-1, 0, torch.zeros(1))
+    with pytest.raises(ValueError, match="seed"):
+        row_key(2 ** 64, 0, torch.zeros(1))
+
+
+def test_words_look_like_independent_uniform_bits():
+    """On a 512 x 512 tile of each stream: every bit set half the time, uniforms with mean 1/2
+    and variance 1/12, no correlation between neighbouring rows, keys or the two streams (all
+    within 5 standard errors), and as many distinct words as 2^18 random ones would give."""
+    rows, keys = torch.arange(512)[:, None] + 3 * 2 ** 20, torch.arange(512)[None, :] + 77
+    words = [grad_bits(12345, stream, rows, keys) for stream in (0, 1)]
+    n = words[0].numel()
+    for w in words:
+        bits = (w.flatten()[:, None] >> torch.arange(32)) & 1
+        assert (bits.float().mean(0) - 0.5).abs().max() <= 5 * 0.5 / n ** 0.5
+        u = uniform24(w).double()
+        assert abs(u.mean() - 0.5) <= 5 * (1 / 12 / n) ** 0.5
+        assert abs(u.var() - 1 / 12) <= 5 * (1 / 180 / n) ** 0.5
+        c = u - 0.5
+        for a, b in ((c[1:], c[:-1]), (c[:, 1:], c[:, :-1]), (c[1:, 1:], c[:-1, :-1])):
+            assert abs((a * b).mean() / (1 / 12)) <= 5 / a.numel() ** 0.5
+        assert w.unique().numel() >= n - 3 * n * n / 2 ** 33  # birthday collisions: n^2 / 2^33 expected
+    c0, c1 = (uniform24(w).double() - 0.5 for w in words)
+    assert abs((c0 * c1).mean() / (1 / 12)) <= 5 / n ** 0.5
 
 
 def test_stochastic_rounding_is_exact_and_unbiased():

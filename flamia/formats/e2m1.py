@@ -44,7 +44,7 @@ def round_to_e2m1(x: torch.Tensor) -> torch.Tensor:
 def round_to_e2m1_stochastic(x: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """Round to the E2M1 grid stochastically (fp32 values): |x| between grid neighbours lo and
     hi goes to hi when u < (|x| - lo) / (hi - lo), else to lo; the sign is kept; |x| > 6
-    saturates to 6. u: uniforms in [0, 1) shaped like x (``philox.uniform24``). Every step is
+    saturates to 6. u: uniforms in [0, 1) shaped like x (``random_bits.uniform24``). Every step is
     exact in fp32 (the spacing is a power of two), so a kernel that draws the same u rounds
     alike."""
     x = x.float()

@@ -71,7 +71,7 @@ def _add_row_scaled_mma(acc, b_g, b_op, CODES: tl.constexpr, INTERPRET: tl.const
     the dQ payload (rows = queries) and the dK payload (rows = keys). BF16 payloads take no
     scale, so their product accumulates into acc inside the MMA (``chain_mma``). GRAD4 1 or
     2: the all-4-bit route's E2M1 G with its scales folded in (``fp4.e2m1_grad``, nearest or
-    stochastic from the Philox words b_word [R, C]), which accumulates the same way. b_g:
+    stochastic from the random words b_word [R, C]), which accumulates the same way. b_g:
     [R, C] fp32, b_op: [C, D] codes, acc: [R, D] fp32."""
     if GRAD4 > 0:
         b_gv = to_codes(e2m1_grad(b_g, b_word, GRAD4 == 2), CODES, INTERPRET)  # exact in BF16
@@ -170,7 +170,7 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_krec,
     ROTATE_STAGES > 0); with DQ_ATOMIC, also the tile's dQ payloads, added to the fp32
     accumulator p_dqa [Tq, Hq, D] (p_kt, tk_t: K^T codes; unused otherwise). The work list
     (``worklist.tile_list``) puts long documents first and, in each, tile 0: under a causal
-    mask it sees the most queries. GRAD4: ``_add_row_scaled_mma``'s, its Philox seed ``seed``
+    mask it sees the most queries. GRAD4: ``_add_row_scaled_mma``'s, its random-bit seed ``seed``
     (None unless GRAD4 is 2)."""
     doc, tile = program_tile(p_work, width)
     if doc < 0:
@@ -206,7 +206,7 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_krec,
         p_cols = (p_qt + o_qt, p_dott + o_qt)
         p_rec_h = p_rec + (h_q * total_q + q_start) * 4
         p_dqa_h = p_dqa + o_qd
-        rng = (seed, h_q * total_q + q_start, k_start, total_k)
+        rng = (seed, h_q * total_q + q_start, k_start)
         for j in range(full_lo, full_hi):
             acc_dk, acc_dv = _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, j * BM, p_rows, p_cols, p_rec_h,
                                         p_dote + o_qe, p_dqa_h, geo, span_q, heads_q, tq_t,
@@ -272,7 +272,7 @@ def _dq_kernel(p_q, p_k, p_kt, p_v, p_do, p_rec, p_krec, p_cu_q, p_cu_k, p_cu_qt
     """Program ((document, query tile), query head): dQ [BM, D] of the tile in p_dq's dtype
     (rotated back when ROTATE_STAGES > 0). The work list puts long documents first and, in
     each, the last tile: under a causal mask it sees the most keys. GRAD4 (``_dq_step``'s):
-    p_ktd, K^T with per-key scales laid out as p_kt, and the Philox seed (None when unused)."""
+    p_ktd, K^T with per-key scales laid out as p_kt, and the random-bit seed (None when unused)."""
     doc, tile = program_tile(p_work, width)
     if doc < 0:
         return
@@ -296,7 +296,7 @@ def _dq_kernel(p_q, p_k, p_kt, p_v, p_do, p_rec, p_krec, p_cu_q, p_cu_k, p_cu_qt
     p_kt_doc = p_kt + o_kt
     if GRAD4 > 0:
         p_kt_doc = (p_kt_doc, p_ktd + o_kt)
-    rng = (seed, h_q * total_q + q_start, k_start, total_k)
+    rng = (seed, h_q * total_q + q_start, k_start)
     p_krec_doc = p_krec + h_k * total_k + k_start
     # Query i sees the keys k with i + off - wl <= k <= i + off + wr.
     lo, hi, full_lo, full_hi = step_range(i0, len_q, len_k, len_k - len_q, wl, wr, BM, BN)
@@ -346,7 +346,7 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     diagonal tiles, 2 on every tile with group maxima over masked keys too). The all-4-bit route
     (NUMERICS.md 6): bfloat16 codes throughout with every scale folded in (exponents 0), p4 = 3
     (or 2), grad4 (``configs.grad_mode``: G to E2M1 in groups of 16, 1 nearest, 2 stochastic
-    from Philox words of ``seed``) and k_codes_t_diag: K^T with one power-of-two scale per key,
+    from the random words of ``seed``) and k_codes_t_diag: K^T with one power-of-two scale per key,
     laid out as k_codes_t, which the diagonal dQ tiles multiply instead (``tiles.dq_atomic``
     False).
 

@@ -274,7 +274,7 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
             acc_dv = _step_product(b_pc0, b_pc1, dott_s.index(slot), BM, A_L, CODES, acc_dv)
         # dK's payload rows are keys: 2^eK and 2^-eV are constant along a row, the epilogue's.
         if GRAD4 > 0:  # E2M1 with its scales folded in, exact in BF16: accumulates as BF16 does
-            rng = (seed, h_q.to(gl.int64) * total_q + q_start, k_start, total_k)
+            rng = (seed, h_q.to(gl.int64) * total_q + q_start, k_start)
             b_gc0 = to_codes(relayout(e2m1_payload(b_w0, rng, j * BM + o_j, o_k, 1, GRAD4), S_L), CODES, False)
             b_gc1 = b_gc0  # one half: unused
             if BM == 2 * SUB:

@@ -136,7 +136,7 @@ def dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, kt_desc, p_rec, p_krec, p_c
     qx = s2 * qg  # s2 rides on the query's factor, fixed for the whole tile
     p_krec_doc = p_krec + h_k.to(gl.int64) * total_k + k_start
     n_k = total_k - k_start
-    rng = (seed, h_q.to(gl.int64) * total_q + q_start, k_start, total_k)  # GRAD4 == 2: grad_words
+    rng = (seed, h_q.to(gl.int64) * total_q + q_start, k_start)  # GRAD4 == 2: grad_words
     o_j = gl.arange(0, BN, layout=gl.SliceLayout(0, S_L))           # [BN]
     acc = gl.zeros([BM, D], gl.float32, layout=O_L)
     b_zero_ss = gl.zeros([BM, BN], gl.float32, layout=SS_L)

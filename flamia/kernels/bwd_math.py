@@ -9,6 +9,7 @@ import triton
 import triton.language as tl
 
 from .fp4 import e2m1_grad
+from .random_bits import key_key, mix32, row_key
 from .fp8 import E4M3_EQ, E4M3_MQ, code_grid, mul_rn, pow2, scale_exponent, to_e4m3, to_output
 from .fwd_math import diagonal_tile, p4_values, same_layout
 from .hadamard import rotate
@@ -56,25 +57,23 @@ def tile_positions(o_i, o_k, Q_AXIS: tl.constexpr):
 
 @triton.jit
 def grad_words(rng, o_i, o_k, Q_AXIS: tl.constexpr, WORD: tl.constexpr):
-    """uint32 Philox words [tile] that round the all-4-bit route's G stochastically
-    (NUMERICS.md 6): word WORD (0: G in dQ, 1: G in dK) of ``tl.randint4x(seed, (h Tq + i) Tk
-    + j)`` for packed query row i and key j, bit for bit ``formats.philox``'s. o_i, o_k: query
-    and key positions [N] in the document, broadcast as ``tile_positions``; rng = (seed,
-    h Tq + the document's first query row, its first key row, Tk), int64 but the seed."""
-    seed, row0, key0, total_k = rng
-    t_i, t_k = tile_positions(o_i, o_k, Q_AXIS)
-    w0, w1, _, _ = tl.randint4x(seed, (row0 + t_i.to(tl.int64)) * total_k + (key0 + t_k.to(tl.int64)))
-    if WORD == 0:
-        w = w0
-    else:
-        w = w1
-    return w
+    """uint32 words [tile] that round the all-4-bit route's G stochastically (NUMERICS.md 6):
+    stream WORD (0: G in dQ, 1: G in dK) at packed row h Tq + i and packed key j, bit for bit
+    ``formats.random_bits.grad_bits``. o_i, o_k: query and key positions [N] in the document,
+    broadcast as ``tile_positions``; rng = (seed, h Tq + the document's first query row, its
+    first key row), int64 but the seed. The row and key parts cost one hash per tile row
+    and one product per column; each score pays one xor and one ``mix32``."""
+    seed, row0, key0 = rng
+    b_row = row_key(seed, row0, o_i, WORD)  # [N] uint32
+    b_key = key_key(key0 + o_k.to(tl.int64))             # [N] uint32
+    t_row, t_key = tile_positions(b_row, b_key, Q_AXIS)
+    return mix32(t_row ^ t_key)
 
 
 @triton.jit
 def e2m1_payload(b_g, rng, o_i, o_k, Q_AXIS: tl.constexpr, GRAD4: tl.constexpr):
-    """The all-4-bit route's payload (NUMERICS.md 6): fp32 [tile] G (Q_AXIS 0, dQ: Philox word
-    0) or G^T (Q_AXIS 1, dK: word 1) as E2M1 values with their scales folded in
+    """The all-4-bit route's payload (NUMERICS.md 6): fp32 [tile] G (Q_AXIS 0, dQ: random-bit
+    stream 0) or G^T (Q_AXIS 1, dK: stream 1) as E2M1 values with their scales folded in
     (``fp4.e2m1_grad``), to nearest (GRAD4 1) or stochastically (2, ``grad_words``)."""
     b_word = None
     if GRAD4 == 2:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..formats.hadamard import hadamard_transform
-from ..formats.philox import randint4x, uniform24
+from ..formats.random_bits import grad_bits, uniform24
 from ..formats.scales import exp2i
 from ..recipes import Recipe, resolve_recipe
 from ..scaling import prefix_v_exponent
@@ -238,17 +238,17 @@ def rebuild_p_trace(fwd: EmulatedForward) -> list[tuple[int, torch.Tensor]]:
     return [(t.k0, _rebuild_p(r, t, m, fwd.numerics)) for t in _key_tiles(lay, fwd.tiles.fwd_block_n, fwd.tiles)]
 
 
-def _grad_uniforms(lay: DocLayout, spec: AttnSpec, tile, heads: int, total_q: int,
-                   total_k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The uniforms that round G stochastically on one key tile (NUMERICS.md 6): Philox words
-    0 (G in dQ) and 1 (G in dK) at offset (h * Tq + i) * Tk + j of packed query row i and key j,
-    each [B, H, Lq, C]."""
+def _grad_uniforms(lay: DocLayout, spec: AttnSpec, tile, heads: int,
+                   total_q: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The uniforms that round G stochastically on one key tile (NUMERICS.md 6): the words of
+    streams 0 (G in dQ) and 1 (G in dK) at packed row h * Tq + i and packed key j
+    (``formats.random_bits``), each [B, H, Lq, C]."""
     rows = lay.packing_q.index  # [B, Lq]
     keys = lay.packing_k.index[:, tile.k0:tile.k1]  # [B, C]
     head = torch.arange(heads, device=rows.device)
-    offset = (head[None, :, None, None] * total_q + rows[:, None, :, None]) * total_k + keys[:, None, None, :]
-    words = randint4x(spec.seed, offset)
-    return uniform24(words[0]), uniform24(words[1])
+    packed_rows = head[None, :, None, None] * total_q + rows[:, None, :, None]  # [B, H, Lq, 1]
+    keys = keys[:, None, None, :]  # [B, 1, 1, C]
+    return tuple(uniform24(grad_bits(spec.seed, stream, packed_rows, keys)) for stream in (0, 1))
 
 
 def emulate_backward(fwd: EmulatedForward, do: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -290,7 +290,7 @@ def emulate_backward(fwd: EmulatedForward, do: torch.Tensor) -> tuple[torch.Tens
 
         u_dq = u_dk = None
         if spec.recipe.rounds_grad_stochastically:
-            u_dq, u_dk = _grad_uniforms(lay, spec, tile, h, q.shape[0], k.shape[0])
+            u_dq, u_dk = _grad_uniforms(lay, spec, tile, h, q.shape[0])
             u_dq, u_dk = u_dq.unflatten(-1, (chunk // dqn, dqn)), u_dk.unflatten(2, (lq // bm, bm))
         g_rows = g.unflatten(-1, (chunk // dqn, dqn))               # [B, H, Lq, S, dqn]
         e_row = num.grad_exponent(g_rows.abs().amax(-1))            # [B, H, Lq, S]
