@@ -200,7 +200,7 @@ if [[ $quick == 0 ]]; then
     STEP_EXTRA="$out/bench-eager" step bench-eager bench 45 "$PY" -m flamia bench --workloads "$workloads" \
         --providers flamia:mxfp8 --modes train --alone --no-graphs --peek --out "$out/bench-eager"
 fi
-step sanitize-plain sanitize-plain 45 "$PY" benchmarks/sanitize_case.py
+step sanitize-plain sanitize-plain 75 "$PY" benchmarks/sanitize_case.py
 tools=(memcheck racecheck synccheck initcheck)
 [[ $quick == 1 ]] && tools=(memcheck)
 for tool in "${tools[@]}"; do

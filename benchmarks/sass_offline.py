@@ -184,8 +184,8 @@ def ptxas_warnings(ptx: str) -> list[str]:
 
 def read_sass(cubin: bytes) -> dict:
     """Registers, local memory, QGMMA and spill counts, the opcode mix, the sizes of the loops
-    that hold an MMA (a backward branch's body) and the smallest one's opcode mix, whole and
-    on its straight path (``_straight_path``)."""
+    that hold an MMA (a backward branch's body) and each one's twelve commonest opcodes, and
+    the smallest one's opcode mix, whole and on its straight path (``_straight_path``)."""
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
@@ -213,6 +213,8 @@ def read_sass(cubin: bytes) -> dict:
             "LDL/STL": ops.count("LDL") + ops.count("STL"),
             "opcodes": dict(collections.Counter(ops).most_common()),
             "mma_loops": sorted(_count(code, *span) for span in loops),
+            "mma_loop_opcodes": [dict(collections.Counter(o for a, o, _ in code if lo_ <= a <= hi_).most_common(12))
+                                 for lo_, hi_ in sorted(loops, key=lambda span: _count(code, *span))],
             "inner_loop": {"instructions": len(inner), "opcodes": dict(collections.Counter(inner).most_common()),
                            "straight": {"instructions": len(straight),
                                         "opcodes": dict(collections.Counter(straight).most_common())}}}

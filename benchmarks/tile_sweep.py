@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 from flamia.bench.jobs import autograd_job  # noqa: E402
 from flamia.bench.timing import capture_graph, cuda_clock  # noqa: E402
 from flamia.bench.workloads import WORKLOADS, make_case  # noqa: E402
-from flamia.kernels import configs  # noqa: E402
+from flamia.kernels import configs, replay  # noqa: E402
+from flamia.kernels import ops as kernel_ops  # noqa: E402
 from flamia.recipes import RECIPES  # noqa: E402
 from flamia.workload import as_attention  # noqa: E402
 
@@ -45,6 +46,7 @@ def measure(recipe: str, name: str, case, change: dict) -> dict:
     table = configs.BF16_TILES if configs.ROUTES[recipe].codes == configs.BF16 else configs.TILES
     base = table[d]
     table[d] = replace(base, **change)
+    kernel_ops._programs = replay.Programs()  # a shape's recorded launches hold the tiles they ran with
     try:
         i, attn = case.inputs, as_attention(RECIPES[recipe], "triton")
 
