@@ -19,9 +19,6 @@ INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 BACKENDS = ("triton", "reference")
 REFERENCE_MAX_HEAD_DIM = 256
 KERNEL_RECIPES = tuple(ROUTES)
-# What backend=None runs on the kernels; the all-4-bit recipe takes them when asked for
-# (backend="triton"), the emulator otherwise.
-DEFAULT_KERNEL_RECIPES = ("mxfp8", "nvfp4", "bf16")
 
 
 def _is_int(x) -> bool:
@@ -185,11 +182,11 @@ def _kernel_recipe(recipe: Recipe) -> str | None:
 
 
 def resolve_backend(backend, recipe: Recipe, q: torch.Tensor) -> str:
-    """None -> "triton" for the plain mxfp8, nvfp4 and bf16 recipes on CUDA, else "reference" (the
-    emulator); an explicit "triton" must be runnable: CUDA tensors and a recipe the kernels run
-    (those three and fp4)."""
+    """None -> "triton" for a recipe the kernels run (``_kernel_recipe``) on CUDA, else
+    "reference" (the emulator); an explicit "triton" must be runnable: CUDA tensors and such a
+    recipe."""
     if backend is None:
-        kernels = q.is_cuda and recipe.name in DEFAULT_KERNEL_RECIPES and _kernel_recipe(recipe) is None
+        kernels = q.is_cuda and _kernel_recipe(recipe) is None
         return "triton" if kernels else "reference"
     if not isinstance(backend, str):
         raise TypeError(f"backend: expected None or a name, got {type(backend).__name__}")

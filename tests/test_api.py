@@ -234,13 +234,14 @@ def test_backend_resolution_on_cuda():
     assert resolve_backend(None, RECIPES["bf16"], q) == "triton"
     assert resolve_backend(None, RECIPES["nvfp4"], q) == "triton"
     assert resolve_backend(None, RECIPES["nvfp4"].with_(p4_sum_quantized=True), q) == "triton"
-    assert resolve_backend(None, RECIPES["fp4"], q) == "reference"
+    assert resolve_backend(None, RECIPES["fp4"], q) == "triton"
     assert resolve_backend(None, ABLATION, q) == "reference"
     assert resolve_backend(None, RECIPES["bf16"].with_(hadamard=True), q) == "reference"
     assert resolve_backend("triton", RECIPES["mxfp8"], q) == "triton"
     assert resolve_backend("triton", RECIPES["bf16"], q) == "triton"
-    with pytest.raises(ValueError, match="^backend: 'triton' runs the .* got 'fp4'"):
-        resolve_backend("triton", RECIPES["fp4"], q)
+    assert resolve_backend("triton", RECIPES["fp4"], q) == "triton"
+    with pytest.raises(ValueError, match="^backend: .triton. runs the bf16 recipe without the Hadamard"):
+        resolve_backend("triton", RECIPES["bf16"].with_(hadamard=True), q)
 
 
 def test_kernels_run_the_flag_ablations_bf16():

@@ -219,13 +219,21 @@ def test_replay_matches_ordinary_bitwise(monkeypatch, recipe, head_dim, lengths,
 @cuda
 @pytest.mark.gpu
 def test_unreplayable_calls_take_the_ordinary_path(monkeypatch):
-    """fp16 inputs cast the output (GPU work outside the launches): never a program, same bits."""
+    """Q, K, V as views of one fused QKV buffer are copied before the quantizers read whole rows
+    (GPU work outside the launches): never a program, the same bits on every call."""
     if not replay._LAUNCHER:
         pytest.skip("needs Triton 3.6's launcher")
-    inputs = make_packed_inputs((300, 45), heads_q=4, heads_kv=4, head_dim=64, dtype=torch.float16, device="cuda")
+    inputs = make_packed_inputs((300, 45), heads_q=4, heads_kv=4, head_dim=64, device="cuda")
     monkeypatch.setattr(kernel_ops, "_programs", replay.Programs())
-    first = _grads(inputs, "mxfp8", True, (-1, -1))
-    second = _grads(inputs, "mxfp8", True, (-1, -1))
+
+    def fused_call():
+        qkv = torch.stack([inputs.q, inputs.k, inputs.v], dim=1).requires_grad_()  # [T, 3, H, D]
+        q, k, v = qkv.unbind(1)
+        out, lse = flamia.flash_attn_varlen_func(q, k, v, inputs.cu_seqlens, inputs.cu_seqlens, inputs.max_seqlen,
+                                                 inputs.max_seqlen, causal=True, backend="triton", return_lse=True)
+        return out, lse, *torch.autograd.grad(out, qkv, inputs.do)
+
+    first, second = fused_call(), fused_call()
     assert list(kernel_ops._programs.table.values()) == [None]
     for a, b in zip(first, second):
         assert torch.equal(a, b)

@@ -261,7 +261,8 @@ def test_p4_sum_quantized_reaches_every_4bit_run_and_no_other():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("run, backend",
-                         [("bf16", None), ("mxfp8", "triton"), ("leak", "triton"), ("fp4", "reference")])
+                         [("bf16", None), ("mxfp8", "triton"), ("leak", "triton"), ("fp4", "triton"),
+                          ("per_tensor", "reference")])
 def test_runs_on_the_gpu(corpus, tmp_path, run, backend):
     cfg = tiny_config(corpus, tmp_path, run=run, device="cuda", n_head=2, d_model=128, steps=4)
     train(cfg)
