@@ -1,7 +1,7 @@
 """The public attention functions: validate -> resolve the recipe, scale and backend once ->
 one ``AttnSpec`` -> the custom ops of ``flamia/ops.py``.
 
-Backends: "triton" (``flamia.kernels``, CUDA, the plain mxfp8, nvfp4 and bf16 recipes) and "reference"
+Backends: "triton" (``flamia.kernels``, CUDA, the plain mxfp8, nvfp4, fp4 and bf16 recipes) and "reference"
 (``flamia.reference.emulated``, the tile-faithful emulator of every recipe, CPU or GPU).
 """
 import math
@@ -30,7 +30,7 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     causal and window_size = (left, right) (-1 unbounded) align bottom-right per document, as
     in FlashAttention; softmax_scale defaults to 1/sqrt(D). recipe: a name of
     ``flamia.RECIPES`` or a ``flamia.Recipe``. backend: None picks "triton" for the plain
-    mxfp8, nvfp4 and bf16 recipes on CUDA and "reference" otherwise. validate_values: read cu_seqlens to check
+    mxfp8, nvfp4, fp4 and bf16 recipes on CUDA and "reference" otherwise. validate_values: read cu_seqlens to check
     their values; None = only when they are on the CPU (on CUDA the read would synchronise)
     and the call is not being compiled (a value read would break the graph).
     seed: the random bits of a recipe that rounds stochastically (fp4's G, NUMERICS.md 6), an

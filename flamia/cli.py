@@ -58,7 +58,7 @@ def _device(name: str | None) -> torch.device:
 
 def _common(parser: argparse.ArgumentParser, lengths, heads: int) -> None:
     parser.add_argument("--backend", choices=("triton", "reference"), default=None,
-                        help="default: triton for mxfp8, nvfp4 and bf16 on CUDA, else the emulator")
+                        help="default: triton for mxfp8, nvfp4, fp4 and bf16 on CUDA, else the emulator")
     parser.add_argument("--lengths", type=_ints, default=lengths, help="document lengths, packed")
     parser.add_argument("--heads", type=int, default=heads)
     parser.add_argument("--head-dim", type=int, default=128)

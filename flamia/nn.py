@@ -58,7 +58,7 @@ class DocumentAttention(nn.Module):
 
     recipe: a name of ``flamia.RECIPES`` or a ``flamia.Recipe``. causal, softmax_scale
     (None: 1/sqrt(D)), window_size = (left, right) (-1 unbounded) and backend (None: "triton"
-    for mxfp8, nvfp4 and bf16 on CUDA, the "reference" emulator otherwise) as in ``flash_attn_varlen_func``.
+    for mxfp8, nvfp4, fp4 and bf16 on CUDA, the "reference" emulator otherwise) as in ``flash_attn_varlen_func``.
     No parameters.
     """
 

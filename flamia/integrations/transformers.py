@@ -3,7 +3,7 @@
     import flamia.integrations.transformers          # registers "flamia" (on import)
     model = AutoModelForCausalLM.from_config(config, attn_implementation="flamia")
     model.config.flamia_recipe = "mxfp8"             # the default; a name of flamia.RECIPES or a flamia.Recipe
-    model.config.flamia_backend = None               # None: triton for mxfp8, nvfp4 and bf16 on CUDA, else the emulator
+    model.config.flamia_backend = None               # None: triton for mxfp8, nvfp4, fp4 and bf16 on CUDA, else the emulator
 
 Importing this module calls ``register()``, which registers ``flamia_attention_forward`` with
 ``transformers.AttentionInterface`` and transformers' flash-attention mask function with
