@@ -8,7 +8,7 @@ that visit the elements in any order draw the same bits.
     key_key = j * 0x9E3779B9 (mod 2^32)
 
 ``mix32`` is the ``lowbias32`` integer hash (two multiplies, three xor-shifts): a bijection of
-uint32 with full avalanche. The row and key parts are per row and per column of a tile, so a
+uint32 with a low avalanche bias. The row and key parts are per row and per column of a tile, so a
 kernel pays one xor and one ``mix32`` per score. Distinct rows get distinct row keys (the
 inner ``mix32`` is a bijection of R_lo); XOR with the odd multiple of j scatters, rather than
 shifts, any coincidence of two rows' streams. uint32 words are held in int64 tensors (torch

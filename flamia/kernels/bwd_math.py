@@ -9,11 +9,11 @@ import triton
 import triton.language as tl
 
 from .fp4 import e2m1_grad
-from .random_bits import key_key, mix32, row_key
 from .fp8 import E4M3_EQ, E4M3_MQ, code_grid, mul_rn, pow2, scale_exponent, to_e4m3, to_output
 from .fwd_math import diagonal_tile, p4_values, same_layout
 from .hadamard import rotate
 from .layout import T_ALIGN as _T_ALIGN
+from .random_bits import key_key, mix32, row_key
 
 T_ALIGN = tl.constexpr(_T_ALIGN)  # the transposed codes' documents start at multiples of this column
 
@@ -65,7 +65,7 @@ def grad_words(rng, o_i, o_k, Q_AXIS: tl.constexpr, WORD: tl.constexpr):
     and one product per column; each score pays one xor and one ``mix32``."""
     seed, row0, key0 = rng
     b_row = row_key(seed, row0, o_i, WORD)  # [N] uint32
-    b_key = key_key(key0 + o_k.to(tl.int64))             # [N] uint32
+    b_key = key_key(key0, o_k)              # [N] uint32
     t_row, t_key = tile_positions(b_row, b_key, Q_AXIS)
     return mix32(t_row ^ t_key)
 

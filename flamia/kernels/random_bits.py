@@ -41,6 +41,7 @@ def row_key(seed, row0, o_row, STREAM: tl.constexpr):
 
 
 @triton.jit
-def key_key(keys):
-    """uint32 keys [N] of packed keys j, keys [N] int64 below 2^32."""
-    return keys.to(tl.uint32) * _KEY_MUL
+def key_key(key0, o_key):
+    """uint32 keys [N] of packed keys j = key0 + o_key (``formats.random_bits.key_key``), key0
+    an int64 scalar, o_key [N]; j below 2^32."""
+    return (key0 + o_key.to(tl.int64)).to(tl.uint32) * _KEY_MUL
