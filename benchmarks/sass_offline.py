@@ -86,7 +86,7 @@ def capture(workload: str, recipe: str, backward: bool = True, tiles: dict | Non
 
         from flamia.kernels import configs
         d = i.q.shape[-1]
-        table = configs.BF16_TILES if configs.ROUTES[resolve_recipe(recipe).name].codes == configs.BF16 else configs.TILES
+        table = configs.tile_table(configs.ROUTES[resolve_recipe(recipe).name].codes)
         table[d] = replace(table[d], **tiles)
     q, k, v = (x.detach().clone().requires_grad_() for x in (i.q, i.k, i.v))
     spec = AttnSpec(i.cu_seqlens, i.cu_seqlens, i.max_seqlen, i.max_seqlen, True, q.shape[-1] ** -0.5, (-1, -1),

@@ -4,8 +4,8 @@ CUDA-graphed, best of 3 x 10 calls, per workload, one change at a time from conf
     PYTHONPATH=. python3 benchmarks/tile_sweep.py --recipe bf16 [--workloads eq8x8k,logu11-16k]
                                                   [--configs JSON_LIST] [--out DIR]
 
-Each configuration replaces the tiles of the recipe's codes (``configs.BF16_TILES`` or
-``configs.TILES``) at the workload's head dim for its timing, numerics-bearing extents
+Each configuration replaces the tiles of the recipe's codes (``configs.tile_table``) at the
+workload's head dim for its timing, numerics-bearing extents
 included: this measures speed only (the emulator and the tests follow configs.py, so a change
 worth keeping changes docs/NUMERICS.md's tiles with it). ``sass_offline.py --tiles`` gives a
 candidate's shared memory and registers first. Writes results.json and results.md under --out.
@@ -43,7 +43,7 @@ def timed(job) -> float:
 def measure(recipe: str, name: str, case, change: dict) -> dict:
     """Times ``case`` (workload ``name``) on the recipe's tiles with ``change``, then restores them."""
     d = case.inputs.q.shape[-1]
-    table = configs.BF16_TILES if configs.ROUTES[recipe].codes == configs.BF16 else configs.TILES
+    table = configs.tile_table(configs.ROUTES[recipe].codes)
     base = table[d]
     table[d] = replace(base, **change)
     kernel_ops._programs = replay.Programs()  # a shape's recorded launches hold the tiles they ran with

@@ -203,4 +203,10 @@ def tiles_for(head_dim: int, fmt: OperandFormat = E4M3) -> AttnTiles:
     BF16 codes take BF16's: its changes are the kernels' flags)."""
     if head_dim not in TILES:
         raise ValueError(f"head_dim: the kernels support {SUPPORTED_HEAD_DIMS}, got {head_dim}")
-    return (BF16_TILES if fmt == BF16 else TILES)[head_dim]
+    return tile_table(fmt)[head_dim]
+
+
+def tile_table(fmt: OperandFormat = E4M3) -> dict[int, AttnTiles]:
+    """The tiles by head dim for codes of format fmt (``tiles_for``'s table; the benchmark
+    scripts replace an entry to time or compile a candidate)."""
+    return BF16_TILES if fmt == BF16 else TILES
