@@ -10,11 +10,16 @@ Per workload and provider:
 - host ms: CPU time to issue one call while the GPU is kept busy by a sleep kernel, so the
   host never waits for the GPU (the call's Python and launch cost alone);
 - launches: GPU kernels per call (torch.profiler).
-Writes results.json, results.md and results.png under --out
-(default benchmarks/results/<date>-<gpu>-host).
+"autograd floor" is a Python ``autograd.Function`` that copies q forward and dO backward: the
+host cost any Python autograd node pays on this machine. Writes results.json, results.md and
+results.png under --out (default benchmarks/results/<date>-<gpu>-host); ``--cprofile N`` also
+writes cprofile.txt, where the host time of N eager flamia calls on the first workload goes.
 """
 import argparse
+import cProfile
+import io
 import json
+import pstats
 import os
 import statistics
 import time
@@ -38,12 +43,27 @@ def providers(case):
     def flamia_call(q, k, v):
         return attn(q, k, v, i.cu_seqlens, i.cu_seqlens, i.max_seqlen, i.max_seqlen, causal)[0]
 
-    jobs = {"flamia mxfp8": autograd_job(flamia_call, i, "train"), "FA2": fa2_job(case, "train")}
+    jobs = {"flamia mxfp8": autograd_job(flamia_call, i, "train"), "FA2": fa2_job(case, "train"),
+            "autograd floor": autograd_job(lambda q, k, v: _Copy.apply(q, k, v), i, "train")}
     try:
         jobs["FA4"] = fa4_job(case, "train")
     except ImportError:  # no FA4 bundle on this machine
         pass
     return jobs
+
+
+class _Copy(torch.autograd.Function):
+    """out = q.clone(); dq = dO.clone(), dk and dv allocated: one launch each way."""
+
+    @staticmethod
+    def forward(ctx, q, k, v):
+        ctx.kv = k.shape, v.shape
+        return q.clone()
+
+    @staticmethod
+    def backward(ctx, do):
+        k_shape, v_shape = ctx.kv
+        return do.clone(), do.new_empty(k_shape), do.new_empty(v_shape)
 
 
 def graphed_ms(job, calls: int) -> float:
@@ -100,6 +120,29 @@ def measure(names: list[str]) -> list[dict]:
     return rows
 
 
+def cprofile_text(name: str, calls: int) -> str:
+    """cProfile of ``calls`` eager flamia training calls on workload ``name``, the GPU kept
+    busy: the top functions by own time and by cumulative time."""
+    case = make_case(WORKLOADS[name], "cuda")
+    job = providers(case)["flamia mxfp8"]
+    for _ in range(3):
+        job()
+    torch.cuda.synchronize()
+    torch.cuda._sleep(2_000_000_000)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        job()
+    profiler.disable()
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    stats = pstats.Stats(profiler, stream=text)
+    text.write(f"{calls} eager training calls, flamia mxfp8, {name}\n")
+    stats.sort_stats("tottime").print_stats(30)
+    stats.sort_stats("cumulative").print_stats(40)
+    return text.getvalue()
+
+
 def write(rows: list[dict], out: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -137,10 +180,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workloads", default=DEFAULT)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--cprofile", type=int, default=0, metavar="N",
+                        help="also profile N eager flamia calls on the first workload (cprofile.txt)")
     args = parser.parse_args()
-    rows = measure(args.workloads.split(","))
+    names = args.workloads.split(",")
     gpu = torch.cuda.get_device_name().split()[-1].lower()
-    write(rows, args.out or os.path.join("benchmarks", "results", time.strftime("%Y-%m-%d") + f"-{gpu}-host"))
+    out = args.out or os.path.join("benchmarks", "results", time.strftime("%Y-%m-%d") + f"-{gpu}-host")
+    if args.cprofile:
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, "cprofile.txt"), "w") as f:
+            f.write(cprofile_text(names[0], args.cprofile))
+    write(measure(names), out)
 
 
 if __name__ == "__main__":
