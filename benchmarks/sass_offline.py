@@ -10,8 +10,9 @@ kernel launch intercepted and skipped, recording each launch's arguments (tensor
 workload's real shapes, ints, floats, launch options). A second process, without the
 interpreter, compiles each recorded kernel with ``triton.compile`` for
 GPUTarget("cuda", 90, 32), specialised as a launch would be (pointers and ints divisible by
-16 marked so, ints equal to 1 made constants, INTERPRET=False; Gluon kernels, which have no
-interpreter, are recorded where the GPU would launch them), and disassembles the cubin
+16 marked so, ints equal to 1 made constants, save the ints in a kernel's do_not_specialize;
+INTERPRET=False; Gluon kernels, which have no interpreter, are recorded where the GPU would
+launch them), and disassembles the cubin
 with the cuobjdump that ships with Triton. The SASS is that of the installed Triton: the
 kernels are tuned with Triton 3.6, so install that one beside this checkout for faithful numbers
 (``pip install --target DIR triton==3.6.0`` and put DIR first on PYTHONPATH).
@@ -112,8 +113,11 @@ def compile_launch(launch: dict, seen: dict):
     from triton.compiler import ASTSource
     from triton.experimental.gluon._runtime import GluonASTSource, GluonJITFunction
 
+    from flamia.kernels.launch import loose_params
+
     fn = getattr(importlib.import_module(launch["module"]), launch["kernel"])
     names = fn.arg_names
+    loose = loose_params(fn)  # ints Triton does not specialize on: their width alone
     options = {k: v["value"] for k, v in launch["kwargs"].items()
                if k in ("num_warps", "num_stages", "maxnreg") and v["kind"] != "none"}
     given = dict(zip(names, launch["args"]))
@@ -137,6 +141,8 @@ def compile_launch(launch: dict, seen: dict):
             signature[name] = a["signature"]
         elif a["kind"] == "none":
             signature[name], constexprs[name] = "constexpr", None
+        elif a["kind"] == "int" and index in loose:
+            signature[name] = "i32" if -2**31 <= a["value"] < 2**31 else "i64"
         elif a["kind"] == "int" and a["value"] == 1:
             signature[name], constexprs[name] = "constexpr", 1
         elif a["kind"] == "int":

@@ -1,8 +1,9 @@
 """The direct launch path's key (flamia/kernels/launch.py): two calls share a kept compiled
 kernel only if Triton would specialize them alike."""
-import torch
-
 import itertools
+
+import pytest
+import torch
 
 from flamia.kernels.launch import _class, _hooked, _runtime_key
 
@@ -71,3 +72,86 @@ def test_descriptor_equals_tritons():
         pass
     else:
         raise AssertionError("a misaligned view must fail Triton's check")
+
+
+
+def _record_launches(monkeypatch) -> list:
+    """Every flamia.kernels module's ``launch`` appends (kernel, args, kwargs) to the returned
+    list instead of running the kernel: nothing on the host reads a launch's output."""
+    import importlib
+    import pkgutil
+
+    import flamia.kernels
+    from flamia.kernels import launch as launch_module
+
+    calls, original = [], launch_module.launch
+    for info in pkgutil.iter_modules(flamia.kernels.__path__):
+        module = importlib.import_module(f"flamia.kernels.{info.name}")
+        if module is not launch_module and getattr(module, "launch", None) is original:
+            monkeypatch.setattr(module, "launch", lambda kernel, grid, *a, **kw: calls.append((kernel, a, kw)))
+    return calls
+
+
+def test_packing_changes_no_kernel_specialization(monkeypatch):
+    """A training run's batches hold a different number of documents each step. Every launch of
+    a training call needs the same compiled kernel for every packing of the same tokens (and
+    every seed), so no step compiles a kernel again: the key that launch.py keeps kernels
+    under, and which Triton's own specialization follows, is the same launch by launch."""
+    import triton
+
+    from flamia.kernels import launch as launch_module
+    from flamia.kernels import ops as kernel_ops
+    from flamia.recipes import RECIPES
+    from flamia.spec import AttnSpec
+
+    monkeypatch.setattr(launch_module, "_device", lambda: 0)
+    calls = _record_launches(monkeypatch)
+    twins = {}
+
+    def jit(kernel):  # the interpreter's kernels lack the parameter list: a JITFunction twin
+        if hasattr(kernel, "params"):
+            return kernel
+        if id(kernel) not in twins:
+            twins[id(kernel)] = triton.JITFunction(kernel.fn, do_not_specialize=kernel.kwargs["do_not_specialize"])
+        return twins[id(kernel)]
+
+    heads, head_dim = 2, 64
+    packings = [(256,), (100, 156), (16,) * 16, (1,) * 17 + (239,), (37, 1, 70, 148), (8,) * 32, (8,) * 32 + (0,)]
+    for recipe in ("mxfp8", "nvfp4", "bf16", "fp4"):
+        keys = []
+        for n, lengths in enumerate(packings):
+            cu = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32)
+            q, k, v, do = (torch.randn(sum(lengths), heads, head_dim, dtype=torch.bfloat16) for _ in range(4))
+            spec = AttnSpec(cu, cu, max(lengths), max(lengths), True, head_dim ** -0.5, (-1, -1), RECIPES[recipe],
+                            seed=8 * n + 1)
+            calls.clear()
+            out, _, res = kernel_ops.forward(q, k, v, spec)
+            kernel_ops.backward(do, out, res, spec)
+            keys.append([(kernel.fn.__name__, launch_module.launch_key(jit(kernel), args, kwargs)[0])
+                         for kernel, args, kwargs in calls])
+        assert len(keys[0]) == 8, f"{recipe}: plan, Q and K, V, PV, forward; dO, dK/dV, dQ"
+        for lengths, got in zip(packings[1:], keys[1:]):
+            assert [name for name, _ in got] == [name for name, _ in keys[0]], recipe
+            for (name, want), (_, key) in zip(keys[0], got):
+                assert key == want, f"{recipe}: {name} specializes anew on documents {lengths}"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("recipe", ["mxfp8", "nvfp4", "bf16", "fp4"])
+def test_new_packings_compile_nothing_on_the_gpu(recipe):
+    """Training calls through the API on packings of the same tokens into 1 to 33 documents:
+    after the first packing no launch needs a kernel not yet kept (the Gluon kernels too)."""
+    import flamia
+    from flamia.kernels import launch as launch_module
+
+    packings = [(4096,), (1000, 3096), (256,) * 16, (1,) * 17 + (4079,), (128,) * 32, (128,) * 32 + (0,)]
+    kept = []
+    for lengths in packings:
+        cu = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device="cuda")
+        q, k, v = (torch.randn(4096, 4, 128, dtype=torch.bfloat16, device="cuda", requires_grad=True)
+                   for _ in range(3))
+        out = flamia.flash_attn_varlen_func(q, k, v, cu, cu, max(lengths), max(lengths), causal=True, recipe=recipe)
+        out.backward(torch.randn_like(out))
+        kept.append(len(launch_module._kept))
+    assert kept[1:] == kept[:1] * (len(packings) - 1), f"kernels kept after each packing: {kept}"

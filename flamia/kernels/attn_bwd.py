@@ -41,7 +41,7 @@ from .hadamard import rotate
 from .layout import check_operand, mma_token_order, transposed_extent
 from .records import block_key_records, key_records, query_fields, query_records, record_factors
 from .worklist import list_extent, program_tile, tile_list
-from .launch import cdiv, launch
+from .launch import PACKING_INTS, cdiv, launch
 
 LOG2E = math.log2(math.e)
 
@@ -157,7 +157,7 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_r
     return acc_dk, acc_dv
 
 
-@triton.jit
+@triton.jit(do_not_specialize=PACKING_INTS)
 def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_krec, p_cu_q, p_cu_k, p_cu_qt,
                  p_cu_kt, p_work, width, p_dk, p_dv, p_dqa, s2, scale, inv_sqrt_d, wl, wr, total_q, total_k, heads_q,
                  tq_t, tk_t, seed,
@@ -262,7 +262,7 @@ def _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt, p_krec, n_k, geo, s
     return _add_row_scaled_mma(acc, b_g, tl.trans(b_kt), CODES, INTERPRET, GRAD4, b_word)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=PACKING_INTS)
 def _dq_kernel(p_q, p_k, p_kt, p_v, p_do, p_rec, p_krec, p_cu_q, p_cu_k, p_cu_qt, p_cu_kt, p_work, width, p_dq,
                s2, scale,
                inv_sqrt_d, wl, wr, total_q, total_k, heads_q, tk_t, p_ktd, seed, GROUP: tl.constexpr,

@@ -39,6 +39,7 @@ from .fp8 import E4M3_EQ, E4M3_MQ, mul_rn, pow2, scale_exponent, to_codes, to_e4
 from .gluon_tma import (WARPS, code_descriptors, copy_barriers, descriptor, mma_layout, register_a_layout, relayout,
                         tma_load, wait_copy)
 from .hadamard import rotate
+from .launch import PACKING_INTS
 from .layout import mma_token_order
 from .records import block_key_records, query_record_fields, record_factors
 from .worklist import program_tile
@@ -155,7 +156,7 @@ def _pair_scaled_codes(b_w0, b_w1):
     return to_e4m3(b_w0 * f, False), to_e4m3(b_w1 * f, False), pow2(e)
 
 
-@gluon.jit
+@gluon.jit(do_not_specialize=PACKING_INTS)
 def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_desc, p_dote, p_krec, p_cu_q, p_cu_k,
                       p_cu_qt, p_cu_kt, p_work, width, p_dk, p_dv, s2, scale, inv_sqrt_d, wl, wr, total_q, total_k,
                       heads_q, seed, GROUP: gl.constexpr, D: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,

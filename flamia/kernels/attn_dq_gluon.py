@@ -26,6 +26,7 @@ from .bwd_math import (doc_bounds, e2m1_payload, forward_diagonal, grad_scores, 
 from .fp8 import to_codes
 from .gluon_tma import (WARPS, code_descriptors, copy_barriers, mma_layout, register_a_layout, relayout, tma_load,
                         wait_copy)
+from .launch import PACKING_INTS
 from .layout import mma_token_order
 from .records import block_key_records, query_fields_by_word, record_factors
 from .worklist import program_tile
@@ -78,7 +79,7 @@ def _step(n, n_full, lo, full_lo, full_hi):
     return gl.where(n < n_full, full_lo + n, masked_step(n - n_full, lo, full_lo, full_hi))
 
 
-@gluon.jit
+@gluon.jit(do_not_specialize=PACKING_INTS)
 def dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, kt_desc, p_rec, p_krec, p_cu_q, p_cu_k, p_cu_qt, p_cu_kt,
                     p_work, width, p_dq, s2, scale, inv_sqrt_d, wl, wr, total_q, total_k, heads_q, ktd_desc, seed,
                     GROUP: gl.constexpr, D: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,

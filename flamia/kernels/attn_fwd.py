@@ -30,7 +30,7 @@ from .fwd_math import diagonal_tile, finish_rows, program_geometry, scores_to_co
 from .layout import check_operand, mma_token_order, transposed_extent
 from .records import key_records, packed_key_factors
 from .worklist import list_extent, program_tile, tile_list
-from .launch import launch
+from .launch import PACKING_INTS, launch
 from ..validation import INPUT_DTYPES
 
 LOG2E = math.log2(math.e)
@@ -82,7 +82,7 @@ def _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k, p_vt, p_vtd, p_krec, k_l
     return b_acc, b_l, b_m_new
 
 
-@triton.jit
+@triton.jit(do_not_specialize=PACKING_INTS)
 def _attn_fwd_kernel(p_q, p_qe, p_k, p_vt, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt, p_work, width,
                      p_o, p_lse, p_mo, p_ro,
                      total_q, total_k, tk_t, heads_q, heads_kv, s2, window_left, window_right, p_vtd,

@@ -27,6 +27,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup
 from .fp8 import pow2, to_output
 from .fwd_math import diagonal_tile, finish_rows, program_geometry, scores_to_codes, visible_keys
 from .gluon_tma import code_descriptors, copy_barriers, mma_layout, register_a_layout, relayout, tma_load, wait_copy
+from .launch import PACKING_INTS
 from .layout import mma_token_order
 from .records import block_key_records, record_factors
 from .worklist import program_tile
@@ -67,7 +68,7 @@ def _issue_scores(q_s, k_s, bars, j, BM: gl.constexpr, BN: gl.constexpr, STAGES:
     return warpgroup_mma(q_s, k_s.index(j % STAGES).permute((1, 0)), b_zero, use_acc=False, is_async=True)
 
 
-@gluon.jit
+@gluon.jit(do_not_specialize=PACKING_INTS)
 def attn_fwd_gluon_kernel(q_desc, p_qe, k_desc, vt_desc, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt, p_work, width,
                           p_o, p_lse, p_mo, p_ro,
                           total_q, total_k, tk_t, heads_q, heads_kv, s2, window_left, window_right, vtd_desc,

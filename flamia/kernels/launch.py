@@ -6,8 +6,8 @@ makes the first launch of each specialization that way, keeps the ``CompiledKern
 returns, and from then on calls its launcher directly. The key holds everything Triton
 specializes on, so a kept kernel is reused only where Triton would pick the same one:
 constexpr values, launch options, each tensor's dtype and 16-byte alignment, each int's
-class (1, a multiple of 16, 32- or 64-bit), a tensor descriptor's dtype, block and layout,
-and the device. Under TRITON_INTERPRET, with a launch hook installed (profilers), or for an
+class (1, a multiple of 16, 32- or 64-bit; only the width for an int in the kernel's
+``do_not_specialize``), a tensor descriptor's dtype, block and layout, and the device. Under TRITON_INTERPRET, with a launch hook installed (profilers), or for an
 argument it cannot classify, it takes ``kernel[grid]`` every time.
 
 Triton 3.6 to 3.9 call a compiled kernel's launcher the same way
@@ -26,6 +26,12 @@ from triton.runtime.driver import driver
 from .fp8 import interpreting
 
 _MAX_KEYS = 512  # kept specializations; past this, new ones launch the ordinary way
+# Runtime ints that follow the packing of a call (document count, work-list widths and their
+# offsets in the plan's buffer, a per-call seed). Every kernel names them in
+# ``do_not_specialize``: otherwise a training run, whose batches hold a different number of
+# documents each step, compiles a kernel again whenever one of them changes class.
+PACKING_INTS = ("num_docs", "steps", "width", "width2", "seed", "o_qop", "o_kop", "o_fwd", "o_go", "o_dkdv",
+                "o_dq", "w_qop", "w_kop", "w_fwd", "w_go", "w_dkdv", "w_dq")
 _OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")  # the launch options flamia passes
 _kept: dict = {}
 # replay.record's list of this thread's launches, (compiled, grid, values) each, None where unkeyable
@@ -85,15 +91,31 @@ def _picker(indices: list):
     return operator.itemgetter(*indices) if indices else lambda values: ()
 
 
+def loose_params(kernel) -> set:
+    """Indices of the kernel's parameters in its ``do_not_specialize`` (given by index or name)."""
+    names = set(getattr(kernel, "do_not_specialize", ()) or ())
+    return {i for i, p in enumerate(kernel.params) if i in names or p.name in names}
+
+
+def _width_class(x):
+    """What Triton specializes an int in ``do_not_specialize`` on: its width alone."""
+    if type(x) is not int:
+        return _class(x)
+    return "i32" if -0x80000000 <= x <= 0x7FFFFFFF else "u64" if x >= 0x8000000000000000 else "i64"
+
+
 class _Binding:
     """How to read the arguments of a kernel called with ``positional`` positional ones:
-    the names of the rest in signature order, and pickers of the runtime and constexpr values."""
+    the names of the rest in signature order, and pickers of the runtime values (specialized
+    and not) and of the constexpr values."""
 
     def __init__(self, kernel, positional: int):
         params = kernel.params
+        loose = loose_params(kernel)
         self.count = len(params)
         self.keywords = tuple(p.name for p in params[positional:])
-        self.runtime = _picker([i for i, p in enumerate(params) if not p.is_constexpr])
+        self.runtime = _picker([i for i, p in enumerate(params) if not p.is_constexpr and i not in loose])
+        self.loose = _picker([i for i, p in enumerate(params) if not p.is_constexpr and i in loose])
         self.constexpr = _picker([i for i, p in enumerate(params) if p.is_constexpr])
 
 
@@ -134,6 +156,20 @@ def _runtime_key(values: tuple) -> tuple:
     return types, tuple(map(_dtype, tensors)), aligned, int_key, tuple(map(_class, kinds.rest(values)))
 
 
+def launch_key(kernel, args: tuple, kwargs: dict) -> tuple[tuple, tuple]:
+    """(the key of the compiled kernel this call needs, every argument value in signature
+    order); KeyError or TypeError for a call this path cannot key."""
+    binding = _bindings.get((id(kernel), len(args)))
+    if binding is None:
+        binding = _bindings[id(kernel), len(args)] = _Binding(kernel, len(args))
+    if len(args) + len(kwargs) != binding.count + sum(map(kwargs.__contains__, _OPTIONS)):
+        raise KeyError("an option outside _OPTIONS, or a parameter left to its default")
+    values = args + tuple(map(kwargs.__getitem__, binding.keywords))
+    key = (id(kernel), _device(), _runtime_key(binding.runtime(values)),
+           tuple(map(_width_class, binding.loose(values))), binding.constexpr(values), tuple(map(kwargs.get, _OPTIONS)))
+    return key, values
+
+
 def launch(kernel, grid: tuple, *args, **kwargs) -> None:
     """``kernel[grid](*args, **kwargs)``, through the kept compiled kernel when there is one.
     Every kernel parameter after the positional ones is given by keyword (no defaults);
@@ -142,16 +178,8 @@ def launch(kernel, grid: tuple, *args, **kwargs) -> None:
         kernel[grid](*args, **kwargs)
         _note(None)
         return
-    binding = _bindings.get((id(kernel), len(args)))
-    if binding is None:
-        binding = _bindings[id(kernel), len(args)] = _Binding(kernel, len(args))
-    options = tuple(map(kwargs.get, _OPTIONS))
     try:
-        if len(args) + len(kwargs) != binding.count + sum(map(kwargs.__contains__, _OPTIONS)):
-            raise KeyError("an option outside _OPTIONS, or a parameter left to its default")
-        values = args + tuple(map(kwargs.__getitem__, binding.keywords))
-        device = _device()
-        key = (id(kernel), device, _runtime_key(binding.runtime(values)), binding.constexpr(values), options)
+        key, values = launch_key(kernel, args, kwargs)
         compiled = _kept.get(key)
     except (KeyError, TypeError):  # not a call this path can key
         kernel[grid](*args, **kwargs)
@@ -162,7 +190,7 @@ def launch(kernel, grid: tuple, *args, **kwargs) -> None:
         if getattr(compiled, "function", None) is not None and len(_kept) < _MAX_KEYS:
             _kept[key] = compiled
     else:
-        compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, _stream(device),
+        compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, _stream(key[1]),
                      compiled.function, compiled.packed_metadata, None, None, None, *values)
     _note((compiled, grid, values))
 

@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import launch
+from .launch import PACKING_INTS, launch
 
 T_ALIGN = 32  # tokens (= bytes of E4M3 codes): one 32-byte sector per row of a 32-token unit
 DOC_ALIGN = 128  # tokens: where documents start, a multiple of every kernel's step over tokens
@@ -64,7 +64,7 @@ def aligned_starts_reference(cu_seqlens: torch.Tensor) -> torch.Tensor:
     return starts
 
 
-@triton.jit
+@triton.jit(do_not_specialize=PACKING_INTS)
 def _aligned_starts_kernel(p_cu, p_starts, num_docs, DOC_ALIGN: tl.constexpr, CHUNK: tl.constexpr):
     write_aligned_starts(p_cu, p_starts, num_docs, DOC_ALIGN, CHUNK)
 

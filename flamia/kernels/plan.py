@@ -15,9 +15,12 @@ import triton
 import triton.language as tl
 
 from .configs import QUANTIZER, AttnTiles
-from .launch import launch
+from .launch import PACKING_INTS, launch
 from .layout import _CHUNK, DOC_ALIGN, write_aligned_starts
 from .worklist import _DOCS, _FILL, list_extent, write_tile_list
+
+
+_LIST_ALIGN = 4  # int32 words
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,8 @@ def plan_layout(total_q: int, total_k: int, num_docs: int, tiles: AttnTiles) -> 
     width, offset, words = {}, {}, 0
     for name, total, block in lists:
         width[name], offset[name] = list_extent(total, num_docs, block), words
-        words += 2 * width[name]
+        # every list starts 16-byte aligned, as kernels are specialized on their pointers' alignment
+        words += -(-2 * width[name] // _LIST_ALIGN) * _LIST_ALIGN
     return PlanLayout(width, offset, words)
 
 
@@ -75,7 +79,7 @@ def _at(p, offset):
     return p + offset.to(tl.int64)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=PACKING_INTS)
 def _plan_kernel(p_cu_q, p_cu_k, p_cu_qt, p_cu_kt, p_lists, num_docs, o_qop, o_kop, o_fwd, o_go, o_dkdv, o_dq,
                  w_qop, w_kop, w_fwd, w_go, w_dkdv, w_dq, UNIT: tl.constexpr, FWD_M: tl.constexpr,
                  GO_M: tl.constexpr, DKDV_N: tl.constexpr, DQ_M: tl.constexpr, SHARED: tl.constexpr,

@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from ..masks import effective_window
-from .launch import cdiv, launch
+from .launch import PACKING_INTS, cdiv, launch
 
 _ROWS = 64  # query rows per program
 _BLOCKS = 64  # block starts per step of the sweep
@@ -22,12 +22,13 @@ _NONE = -1024  # below every int8 exponent
 
 
 @triton.jit
-def _find_docs(p_cu, rows, num_docs, STEPS: tl.constexpr):
+def _find_docs(p_cu, rows, num_docs, steps):
     """Document of each packed row [N] (cu_seqlens[doc] <= row < cu_seqlens[doc + 1]; empty
-    documents are skipped), by binary search in STEPS >= log2(num_docs + 1) steps."""
+    documents are skipped), by binary search in steps >= log2(num_docs + 1) steps (a runtime
+    count: it follows the packing, which must not compile a new kernel)."""
     lo = tl.zeros_like(rows)  # invariant: cu[lo] <= row
     hi = tl.zeros_like(rows) + num_docs  # invariant: row < cu[hi]
-    for _ in tl.static_range(STEPS):
+    for _ in range(steps):
         go = hi - lo > 1
         mid = (lo + hi) // 2
         below = tl.load(p_cu + mid, mask=go, other=0) <= rows
@@ -36,16 +37,15 @@ def _find_docs(p_cu, rows, num_docs, STEPS: tl.constexpr):
     return lo
 
 
-@triton.jit
-def _prefix_v_kernel(p_ev, p_pv, p_cu_q, p_cu_k, total_q, num_docs, heads_kv, wr,
-                     BLOCK: tl.constexpr, ROWS: tl.constexpr, BLOCKS: tl.constexpr, STEPS: tl.constexpr,
-                     NONE: tl.constexpr):
+@triton.jit(do_not_specialize=PACKING_INTS)
+def _prefix_v_kernel(p_ev, p_pv, p_cu_q, p_cu_k, total_q, num_docs, steps, heads_kv, wr,
+                     BLOCK: tl.constexpr, ROWS: tl.constexpr, BLOCKS: tl.constexpr, NONE: tl.constexpr):
     """Program (row chunk, KV head): PV of ROWS packed query rows. wr: the right window bound
     with causal folded in (-1: unbounded)."""
     h = tl.program_id(1).to(tl.int64)
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)  # [ROWS] packed query rows
     m_r = rows < total_q
-    doc = _find_docs(p_cu_q, rows, num_docs, STEPS)  # [ROWS]
+    doc = _find_docs(p_cu_q, rows, num_docs, steps)  # [ROWS]
     q_start = tl.load(p_cu_q + doc, mask=m_r, other=0)
     len_q = tl.load(p_cu_q + doc + 1, mask=m_r, other=0) - q_start
     k_start = tl.load(p_cu_k + doc, mask=m_r, other=0)
@@ -83,6 +83,6 @@ def prefix_v_exponent(ev: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k
         return pv.zero_()
     _, wr = effective_window(causal, window_size)
     grid = (cdiv(total_q, _ROWS), heads_kv)
-    launch(_prefix_v_kernel, grid, ev, pv, cu_seqlens_q, cu_seqlens_k, total_q, num_docs, heads_kv, wr, BLOCK=block,
-                           ROWS=_ROWS, BLOCKS=_BLOCKS, STEPS=max(num_docs, 1).bit_length(), NONE=_NONE)
+    launch(_prefix_v_kernel, grid, ev, pv, cu_seqlens_q, cu_seqlens_k, total_q, num_docs, max(num_docs, 1).bit_length(),
+           heads_kv, wr, BLOCK=block, ROWS=_ROWS, BLOCKS=_BLOCKS, NONE=_NONE)
     return pv

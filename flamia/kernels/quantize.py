@@ -40,7 +40,7 @@ from .layout import (T_ALIGN, aligned_starts, check_operand, column_offsets, mma
                      transposed_extent, unit_columns, zero_padding)
 from .rotated_quantizer import rotated_operand_kernel
 from .worklist import list_extent, program_tile, program_tile_within, tile_list
-from .launch import launch
+from .launch import PACKING_INTS, launch
 from .records import check_sigma
 
 @dataclass(frozen=True)
@@ -234,7 +234,7 @@ def _quantize_unit(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_
         _store_transposed(p_codes_t, b_t, cols, h, T_t, D, CODES, INTERPRET)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=PACKING_INTS)
 def _quantize_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_work, width, T_t, H,
                              p_x2, p_codes2, p_codes_t2, p_exps2, cu_seqlens2, cu_seqlens_t2, p_work2, width2, T_t2,
                              H2, num_docs, inv_sqrt_d, p_key_exps, p_key_rec, p_diag_t, p_diag_t2, T,
@@ -257,7 +257,7 @@ def _quantize_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seq
                        TRANSPOSED, KEY_REC, SCORES, FP4, T_ALIGN, CODES, INTERPRET)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=PACKING_INTS)
 def _quantize_grad_output_kernel(p_do, p_o, p_ro, p_do_codes, p_do_exps, p_dot_t, p_dot_exps, p_delta,
                                  cu_seqlens, cu_seqlens_t, p_work, width, num_docs, T, T_t, H,
                                  p_qe, p_pv, p_m, p_rec, heads_kv, D: tl.constexpr, STEP: tl.constexpr,

@@ -54,7 +54,7 @@ from .configs import BF16, QUANTIZER
 from .fp4 import GROUP, e2m1_codes, nvfp4_groups, pack_e2m1
 from .fp8 import E4M3_EQ, E4M3_MQ, interpreting, scale_exponent, to_e4m3, to_fp32
 from .hadamard import rotate
-from .launch import launch
+from .launch import PACKING_INTS, launch
 from .layout import check_operand
 from .quantize import (KernelGradOutput, _check_pair, _check_rows, _launch_operands, _launch_pair, _row_offsets, _Side,
                        _unit_rows, _units, quantize_grad_output)
@@ -98,7 +98,7 @@ class KernelFp4Operand:
     key_rec: torch.Tensor | None = None
 
 
-@triton.jit
+@triton.jit(do_not_specialize=PACKING_INTS)
 def _quantize_nvfp4_kernel(p_x, p_codes, p_scales, p_exps, cu_seqlens, p_work, width, H, inv_sqrt_d,
                            D: tl.constexpr, UNIT: tl.constexpr, HADAMARD_STAGES: tl.constexpr, INTERPRET: tl.constexpr):
     doc, unit = program_tile(p_work, width)

@@ -23,6 +23,7 @@ from triton.experimental.gluon import language as gl
 
 from .fp8 import block_exponents, inf_to_nan, pow2, to_e4m3
 from .hadamard import rotate
+from .launch import PACKING_INTS
 from .layout import column_offsets, mma_token_order, unit_columns, zero_padding
 from .worklist import program_tile_within
 
@@ -104,7 +105,7 @@ def _rotated_unit(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_w
     gl.store(p_exps + o_t * H + h, b_e.to(gl.int8), mask=o_t < end)
 
 
-@gluon.jit
+@gluon.jit(do_not_specialize=PACKING_INTS)
 def rotated_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_work, width, T_t, H,
                            p_x2, p_codes2, p_codes_t2, p_exps2, cu_seqlens2, cu_seqlens_t2, p_work2, width2, T_t2, H2,
                            num_docs, inv_sqrt_d, D: gl.constexpr, UNIT: gl.constexpr, BLOCK: gl.constexpr,

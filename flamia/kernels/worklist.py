@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import cdiv, launch
+from .launch import PACKING_INTS, cdiv, launch
 
 _DOCS = 1024  # documents compared per step when a document counts the tiles ranked before it
 _FILL = 1024  # list entries written per step
@@ -59,7 +59,7 @@ def _doc_tiles(p_cu, doc, mask, BLOCK: tl.constexpr, EMPTY_DOCS: tl.constexpr):
     return length, tiles
 
 
-@triton.jit
+@triton.jit(do_not_specialize=PACKING_INTS)
 def _tile_list_kernel(p_cu, p_work, num_docs, width, BLOCK: tl.constexpr, REVERSE: tl.constexpr,
                       EMPTY_DOCS: tl.constexpr, DOCS: tl.constexpr, FILL: tl.constexpr):
     write_tile_list(p_cu, p_work, num_docs, width, tl.program_id(0), BLOCK, REVERSE, EMPTY_DOCS, DOCS, FILL)
