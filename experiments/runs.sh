@@ -3,7 +3,7 @@
 #
 #   experiments/runs.sh [PROFILE] [RUN ...]       # from the repository root
 #
-# PROFILE: smoke (default), small, small-sumq or paper. RUNs: default all nine, in the order below.
+# PROFILE: smoke (default), small, small-sumq, paper or paper-sumq. RUNs: default all nine, in the order below.
 # Environment:
 #   BUDGET   seconds this call may take in all (default 540: a 600 s call keeps a minute spare)
 #   GPUS     the GPU indices to use, e.g. "0" or "0 1" (default: all that nvidia-smi lists)

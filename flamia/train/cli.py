@@ -1,6 +1,6 @@
 """``flamia train`` (also ``python -m flamia.train``): a profile, flags on top, one run.
 
-    flamia train --run mxfp8 [--profile smoke|small|small-sumq|paper] [--steps 300 ...] [--resume]
+    flamia train --run mxfp8 [--profile smoke|small|small-sumq|paper|paper-sumq] [--steps 300 ...] [--resume]
     flamia train --report [--results-dir DIR] [--baseline DIR:RUN,RUN]   # table and curves
 
 Every ``TrainConfig`` field is a flag (``--eval-interval`` for ``eval_interval``); a flag left

@@ -83,8 +83,9 @@ PROFILES = {
     "small": dict(n_layer=4, d_model=256, n_head=4, batch_size=8, steps=1000, warmup=100, lr=2e-3,
                   eval_interval=100, eval_batches=4, ckpt_interval=100),
 }
-# The small profile with every 4-bit P run summing l from its 4-bit values.
-PROFILES["small-sumq"] = {**PROFILES["small"], "p4_sum_quantized": True}
+# The small and paper profiles with every 4-bit P run summing l from its 4-bit values.
+for _name in ("small", "paper"):
+    PROFILES[f"{_name}-sumq"] = {**PROFILES[_name], "p4_sum_quantized": True}
 
 # Fields a resumed piece may change: they do not change what is trained.
 PIECE_FIELDS = {"data", "results_dir", "ckpt_dir", "device", "compile", "log_interval",
