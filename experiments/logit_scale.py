@@ -20,9 +20,11 @@ import math
 import torch
 
 from flamia.accuracy import measure
+from flamia.recipes import Recipe
 from flamia.workload import exact_reference, make_packed_inputs, training_call
 
-RECIPES = ("bf16", "mxfp8", "nvfp4", "fp4")
+RECIPES = {"bf16": "bf16", "mxfp8": "mxfp8", "mxfp8 bf16_scores": Recipe("mxfp8", bf16_scores=True),
+           "nvfp4": "nvfp4", "fp4": "fp4"}
 SHARPNESS = (1.0, 2.0, 3.0, 4.0)
 
 
@@ -61,9 +63,9 @@ def main() -> None:
         inputs = dataclasses.replace(base, q=(base.q.float() * sharp).bfloat16(),
                                      k=(base.k.float() * sharp).bfloat16())
         reference = training_call(exact_reference(), inputs, True)
-        for recipe in RECIPES:
+        for label, recipe in RECIPES.items():
             cos = measure(recipe, inputs, backend="reference", reference=reference).cos
-            print(f"sharp {sharp:3.1f}  {recipe:6s}  " + "  ".join(f"{name} {cos[name]:.5f}" for name in cos),
+            print(f"sharp {sharp:3.1f}  {label:17s}  " + "  ".join(f"{name} {cos[name]:.5f}" for name in cos),
                   flush=True)
     print("\ncosine of dQ to exact with one operand rounded to E4M3 (float64 otherwise)")
     for sharp in SHARPNESS:

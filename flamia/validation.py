@@ -176,6 +176,8 @@ def _kernel_recipe(recipe: Recipe) -> str | None:
         tiles_m = sorted({t.fwd_block_m for t in TILES.values()})
         if recipe.fwd_diag_block_m is not None and any(recipe.fwd_diag_block_m % m for m in tiles_m):
             return f"'triton' needs fwd_diag_block_m to be a multiple of its query tiles {tiles_m}"
+    if recipe.bf16_scores:
+        return "'triton' has no route for bf16_scores yet (the emulator runs it)"
     if recipe.name == "bf16" and recipe.hadamard:
         return "'triton' runs the bf16 recipe without the Hadamard rotation"
     return None

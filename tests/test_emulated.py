@@ -1,7 +1,7 @@
 """The emulator (the oracle): forward/backward P consistency, the saturation failure, and
 agreement with the exact reference across masks, windows, GQA and unequal lengths."""
 import math
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import pytest
 import torch
@@ -124,3 +124,31 @@ def test_the_emulator_follows_the_kernels_tiles(head_dim):
 
 def test_every_recipe_name_has_numerics():
     assert set(NUMERICS) == set(RECIPE_NAMES)
+
+
+def test_bf16_scores_keep_gradients_where_attention_sharpens():
+    """q and k x4 (logits 16x as spread as normal inputs', as a trained model's sharp heads):
+    mxfp8's E4M3 scores leave dQ and dK far from exact attention, ``bf16_scores`` keeps them;
+    at unit spread the option changes little. experiments/logit_scale.py has the full table."""
+    from flamia.accuracy import measure
+    from flamia.workload import make_packed_inputs
+
+    base = make_packed_inputs((300, 150, 62), heads_q=4, head_dim=64, seed=1)
+    for sharp in (1.0, 4.0):
+        inputs = replace(base, q=(base.q.float() * sharp).bfloat16(), k=(base.k.float() * sharp).bfloat16())
+        plain = measure("mxfp8", inputs, backend="reference").cos
+        option = measure(Recipe("mxfp8", bf16_scores=True), inputs, backend="reference").cos
+        for name in ("O", "dQ", "dK", "dV"):
+            assert option[name] > (0.997 if sharp == 1.0 else 0.99), (sharp, name, option[name])
+        if sharp == 4.0:
+            assert plain["dQ"] < 0.95 and plain["dK"] < 0.95, plain
+
+
+def test_bf16_scores_is_an_mxfp8_option_the_kernels_refuse():
+    from flamia.validation import _kernel_recipe
+
+    for name in ("nvfp4", "fp4", "bf16"):
+        with pytest.raises(ValueError, match="bf16_scores needs the 'mxfp8' route"):
+            Recipe(name, bf16_scores=True)
+    assert "bf16_scores" in _kernel_recipe(Recipe("mxfp8", bf16_scores=True))
+    assert Recipe.from_key(Recipe("mxfp8", bf16_scores=True).key).bf16_scores

@@ -19,7 +19,7 @@ from ..scaling import prefix_v_exponent
 from ..spec import AttnSpec
 from ..tiling import NumericsTiles, numerics_tiles
 from .layout import DocLayout, make_layout, tile_multiple
-from .numerics import Bf16Numerics, Numerics
+from .numerics import Bf16Numerics, Bf16ScoresNumerics, Numerics
 from .numerics_fp4 import Fp4Numerics, Nvfp4Numerics
 from .operands import Operand
 
@@ -29,7 +29,10 @@ NUMERICS = {"mxfp8": Numerics, "bf16": Bf16Numerics, "nvfp4": Nvfp4Numerics, "fp
 
 
 def numerics_for(recipe: Recipe, head_dim: int) -> Numerics:
-    """The rounding hooks of ``recipe`` at ``head_dim``: one Numerics class per recipe name."""
+    """The rounding hooks of ``recipe`` at ``head_dim``: one Numerics class per recipe name
+    (mxfp8's with ``bf16_scores``: its own)."""
+    if recipe.bf16_scores:
+        return Bf16ScoresNumerics(recipe, head_dim)
     return NUMERICS[recipe.name](recipe, head_dim)
 
 

@@ -10,7 +10,8 @@ from ..formats.e4m3 import E4M3_MAX, round_to_e4m3
 from ..formats.scales import scale_exponent
 from ..recipes import Recipe
 from ..tiling import NumericsTiles
-from .operands import GradOutput, Operand, quantize_grad_output, quantize_operand, quantize_per_tensor, row_delta
+from .operands import (GradOutput, Operand, bf16_operand, quantize_grad_output, quantize_operand, quantize_per_tensor,
+                       row_delta)
 
 
 class Numerics:
@@ -93,6 +94,19 @@ class Numerics:
         """Extents of G's scale groups: (queries per dK-payload group, keys per dQ-payload
         group); MXFP8: the dK/dV loop's query step and the dQ loop's key step."""
         return tiles.bwd_block_m, tiles.dq_block_n
+
+
+class Bf16ScoresNumerics(Numerics):
+    """MXFP8 with BF16 scores (``Recipe.bf16_scores``): Q and K in S as BF16 codes on their
+    E4M3 token blocks' exponents, E4M3 everywhere else (NUMERICS.md 3a)."""
+
+    def score_operands(self, q, k, cu_q, cu_k, max_q, max_k):
+        return tuple(bf16_operand(x, self.operand(x, cu, n, self.hadamard).exps, self.hadamard)
+                     for x, cu, n in ((q, cu_q, max_q), (k, cu_k, max_k)))
+
+    def grad_operands(self, q, k, score_q, score_k, cu_q, cu_k, max_q, max_k):
+        """The E4M3 token blocks that plain MXFP8's scores use."""
+        return Numerics.score_operands(self, q, k, cu_q, cu_k, max_q, max_k)
 
 
 class Bf16Numerics(Numerics):

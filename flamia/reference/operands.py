@@ -41,6 +41,13 @@ def quantize_operand(x: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int,
     return Operand(unpad(codes, packing, total), unpad(e, packing, total))
 
 
+def bf16_operand(x: torch.Tensor, exps: torch.Tensor, hadamard: bool = False) -> Operand:
+    """x [T, H, D] (rotated first with ``hadamard``) as BF16 codes on the given exponents
+    [T, H] int32: codes = bf16(x * 2^-exps), exact scaling by a power of two."""
+    xf = hadamard_transform(x) if hadamard else x.float()
+    return Operand((xf * exp2i(-exps)[..., None]).to(torch.bfloat16).float(), exps)
+
+
 def quantize_per_tensor(x: torch.Tensor, hadamard: bool = False) -> Operand:
     """One exponent for the whole tensor (the leaking baseline of paper Table 5)."""
     xf = hadamard_transform(x) if hadamard else x.float()
