@@ -19,8 +19,8 @@ import argparse
 import cProfile
 import io
 import json
-import pstats
 import os
+import pstats
 import statistics
 import time
 

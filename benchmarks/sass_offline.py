@@ -12,10 +12,10 @@ interpreter, compiles each recorded kernel with ``triton.compile`` for
 GPUTarget("cuda", 90, 32), specialised as a launch would be (pointers and ints divisible by
 16 marked so, ints equal to 1 made constants, save the ints in a kernel's do_not_specialize;
 INTERPRET=False; Gluon kernels, which have no interpreter, are recorded where the GPU would
-launch them), and disassembles the cubin
-with the cuobjdump that ships with Triton. The SASS is that of the installed Triton: the
-kernels are tuned with Triton 3.6, so install that one beside this checkout for faithful numbers
-(``pip install --target DIR triton==3.6.0`` and put DIR first on PYTHONPATH).
+launch them), and disassembles the cubin with the cuobjdump that ships with Triton. The SASS
+is that of the installed Triton: the kernels are tuned with Triton 3.6, so install that one
+beside this checkout for faithful numbers (``pip install --target DIR triton==3.6.0`` and put
+DIR first on PYTHONPATH).
 """
 import argparse
 import collections
@@ -141,13 +141,11 @@ def compile_launch(launch: dict, seen: dict):
             signature[name] = a["signature"]
         elif a["kind"] == "none":
             signature[name], constexprs[name] = "constexpr", None
-        elif a["kind"] == "int" and index in loose:
-            signature[name] = "i32" if -2**31 <= a["value"] < 2**31 else "i64"
-        elif a["kind"] == "int" and a["value"] == 1:
+        elif a["kind"] == "int" and a["value"] == 1 and index not in loose:
             signature[name], constexprs[name] = "constexpr", 1
         elif a["kind"] == "int":
             signature[name] = "i32" if -2**31 <= a["value"] < 2**31 else "i64"
-            if a["value"] % 16 == 0:
+            if a["value"] % 16 == 0 and index not in loose:
                 attrs[(index,)] = [["tt.divisibility", 16]]
         elif a["kind"] == "bool":
             signature[name] = "i1"

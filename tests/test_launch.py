@@ -74,7 +74,6 @@ def test_descriptor_equals_tritons():
         raise AssertionError("a misaligned view must fail Triton's check")
 
 
-
 def _record_launches(monkeypatch) -> list:
     """Every flamia.kernels module's ``launch`` appends (kernel, args, kwargs) to the returned
     list instead of running the kernel: nothing on the host reads a launch's output."""

@@ -7,8 +7,9 @@ returns, and from then on calls its launcher directly. The key holds everything 
 specializes on, so a kept kernel is reused only where Triton would pick the same one:
 constexpr values, launch options, each tensor's dtype and 16-byte alignment, each int's
 class (1, a multiple of 16, 32- or 64-bit; only the width for an int in the kernel's
-``do_not_specialize``), a tensor descriptor's dtype, block and layout, and the device. Under TRITON_INTERPRET, with a launch hook installed (profilers), or for an
-argument it cannot classify, it takes ``kernel[grid]`` every time.
+``do_not_specialize``), a tensor descriptor's dtype, block and layout, and the device.
+Under TRITON_INTERPRET, with a launch hook installed (profilers), or for an argument it
+cannot classify, it takes ``kernel[grid]`` every time.
 
 Triton 3.6 to 3.9 call a compiled kernel's launcher the same way
 (``CompiledKernel.run(grid0, grid1, grid2, stream, function, packed_metadata,
@@ -53,6 +54,11 @@ def _stream(device: int) -> int:
     return driver.active.get_current_stream(device)
 
 
+def _int_width(x: int) -> str:
+    """The int type Triton passes x as: "i32", "i64" or "u64"."""
+    return "i32" if -0x80000000 <= x <= 0x7FFFFFFF else "u64" if x >= 0x8000000000000000 else "i64"
+
+
 def _class(x):
     """What Triton specializes a runtime argument on; TypeError if unknown. Ints: 1, or a
     32-bit, 64-bit or unsigned 64-bit int, multiple of 16 or not (names, never bools, which
@@ -61,9 +67,10 @@ def _class(x):
     if kind is torch.Tensor:
         return x.dtype, not x.data_ptr() & 15
     if kind is int:
-        if -0x80000000 <= x <= 0x7FFFFFFF:
-            return "one" if x == 1 else "i32" if x & 15 else "i32/16"
-        return "u64" if x >= 0x8000000000000000 else "i64" if x & 15 else "i64/16"
+        width = _int_width(x)
+        if x == 1 or width == "u64":
+            return "one" if x == 1 else width
+        return width if x & 15 else width + "/16"
     if kind is float:
         return float
     if isinstance(x, torch.Tensor):
@@ -99,9 +106,7 @@ def loose_params(kernel) -> set:
 
 def _width_class(x):
     """What Triton specializes an int in ``do_not_specialize`` on: its width alone."""
-    if type(x) is not int:
-        return _class(x)
-    return "i32" if -0x80000000 <= x <= 0x7FFFFFFF else "u64" if x >= 0x8000000000000000 else "i64"
+    return _int_width(x) if type(x) is int else _class(x)
 
 
 class _Binding:
