@@ -15,6 +15,7 @@ from flamia.recipes import Recipe
 from flamia.train import (GPT, exact_attention, flamia_attention, learning_rate, main, make_config, run_spec,
                           sdpa_attention, single_step_cos, train)
 from flamia.train.loop import duration
+from flamia.train.report import claims_section
 
 TINY = dict(n_layer=2, d_model=64, n_head=1, context=64, batch_size=4, steps=6, warmup=2,
             eval_interval=2, eval_batches=2, ckpt_interval=4, log_interval=1)
@@ -146,6 +147,35 @@ def test_report_with_baseline_runs_of_another_folder(full_run, tmp_path, capsys)
     assert f"| bf16 ({cfg.profile}) | SDPA bf16 | 6 |" in table
     with pytest.raises(SystemExit, match="--baseline: no"):
         main(["--report", "--results-dir", str(other), "--baseline", f"{cfg.results_dir}:nope"])
+
+
+def _result(run: str, own: float, exact: float, grad_norms: tuple[float, ...]) -> dict:
+    """A <run>.json document with one evaluation per gradient norm, the last with the losses."""
+    records = [dict(run=run, step=100 * (i + 1), val_loss_own=own, val_loss_exact=exact, grad_norm=g)
+               for i, g in enumerate(grad_norms)]
+    return dict(run=run, records=records)
+
+
+@pytest.mark.parametrize("leak, verdict", [((1.40, 1.60), "reproduced"), ((1.40, 1.45), "not reproduced"),
+                                           ((1.55, 1.60), "not reproduced")])
+def test_claim_1_needs_the_leak_below_bf16_own_and_above_it_exact(leak, verdict):
+    docs = [_result("bf16 (paper)", 1.50, 1.50, (0.5,)), _result("leak", *leak, (0.5,))]
+    assert f"own attention and above it through exact attention: {verdict}: leak {leak[0]:.4f} own" in claims_section(docs)
+
+
+def test_claim_2_counts_mismatches_only_against_a_stable_consistent_run():
+    stable, unstable = (3.0, 0.5, 0.5), (3.0, 0.5, 42.0)
+    docs = [_result("nvfp4", 2, 2, stable), _result("mm_prepr", 2, 2, unstable), _result("mm_diag", 2, 2, unstable),
+            _result("mxfp8", 2, 2, unstable), _result("mm_exp", 2, 2, unstable)]
+    claims = claims_section(docs)
+    assert ("2. Forward/backward mismatches destabilise training (at least two): reproduced: "
+            "mm_prepr unstable from step 300, nvfp4 stable; mm_diag unstable from step 300, nvfp4 stable; "
+            "mm_exp untested (mxfp8 unstable from step 300)") in claims
+    assert "1. A leaking" in claims and "not tested (needs the leak and bf16 runs)" in claims
+    docs[2] = _result("mm_diag", 2, 2, stable)
+    assert "(at least two): not reproduced: mm_prepr unstable" in claims_section(docs)
+    docs[0] = _result("nvfp4", 2, 2, unstable)
+    assert "(at least two): not tested: mm_prepr untested (nvfp4 unstable from step 300)" in claims_section(docs)
 
 
 def test_a_missing_data_file_ends_in_one_line_that_says_how_to_get_it(tmp_path):

@@ -5,7 +5,8 @@
 ``--baseline`` adds runs of another results folder to the table and curves, named
 "run (its profile)", so that a profile that changes some runs is read against the unchanged
 ones (e.g. small-sumq against small's bf16). Writes, next to the JSON files: results.md (one
-row per run, its last evaluation), loss_curves.png (validation loss through the run's own
+row per run, its last evaluation, then the paper's two claims checked on these runs),
+loss_curves.png (validation loss through the run's own
 attention, solid, and through exact attention, dashed), grad_norm.png and
 single_step_cos.png (against the training step).
 """
@@ -20,7 +21,11 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 
 from flamia.recipes import Recipe  # noqa: E402
 
-from .config import SettingError  # noqa: E402
+from .config import MISMATCH_BASELINES, SettingError  # noqa: E402
+
+# A run is unstable once an evaluation's mean pre-clipping gradient norm passes this (the
+# norm is clipped at 1.0; bf16's largest mean is 1.8-3.0 in the small and paper profiles).
+UNSTABLE_GRAD_NORM = 10.0
 
 COLUMNS = ("run", "attention", "steps", "val loss own", "val loss exact", "exact - own",
            "grad norm (last / max)", "single-step cos", "tokens/s", "status")
@@ -85,6 +90,57 @@ def markdown_table(docs: list[dict]) -> str:
     return f"# Training experiment\n\nProfile: {', '.join(profiles)}.\n\n{note}\n\n" + "\n".join(lines) + "\n"
 
 
+def _by_name(docs: list[dict]) -> dict[str, dict]:
+    """Documents by run name, a baseline's "run (profile)" under its run's name too."""
+    return {name: d for d in docs for name in {d["run"], d["run"].split(" (")[0]}}
+
+
+def _unstable_at(doc: dict) -> "int | None":
+    """The first evaluation's step whose mean gradient norm passes UNSTABLE_GRAD_NORM."""
+    return next((r["step"] for r in doc["records"] if r["grad_norm"] > UNSTABLE_GRAD_NORM), None)
+
+
+def _leak_claim(runs: dict[str, dict]) -> str:
+    """Claim 1: the leak scores below bf16 through its own attention, above it through exact."""
+    if "leak" not in runs or "bf16" not in runs:
+        return "not tested (needs the leak and bf16 runs)"
+    leak, bf16 = runs["leak"]["records"][-1], runs["bf16"]["records"][-1]
+    if leak["step"] != bf16["step"]:
+        return f"not tested (leak's last evaluation is at step {leak['step']}, bf16's at {bf16['step']})"
+    own, exact, base = leak["val_loss_own"], leak["val_loss_exact"], bf16["val_loss_own"]
+    verdict = "reproduced" if own < base < exact else "not reproduced"
+    return f"{verdict}: leak {own:.4f} own, {exact:.4f} exact; bf16 {base:.4f} (step {leak['step']})"
+
+
+def _mismatch_claim(runs: dict[str, dict]) -> str:
+    """Claim 2: at least two mismatches destabilise training whose consistent run is stable."""
+    parts, destabilised = [], 0
+    for mm, base in MISMATCH_BASELINES.items():
+        if mm not in runs or base not in runs:
+            continue
+        at, base_at = _unstable_at(runs[mm]), _unstable_at(runs[base])
+        if base_at is not None:
+            parts.append(f"{mm} untested ({base} unstable from step {base_at})")
+            continue
+        destabilised += at is not None
+        parts.append(f"{mm} " + (f"unstable from step {at}" if at is not None else "stable") + f", {base} stable")
+    if not parts:
+        return "not tested (needs a mismatch run and its consistent run)"
+    tested = [p for p in parts if "untested" not in p]
+    verdict = ("reproduced" if destabilised >= 2 else "not tested" if not tested else "not reproduced")
+    return f"{verdict}: " + "; ".join(parts)
+
+
+def claims_section(docs: list[dict]) -> str:
+    """The paper's two claims (experiments/README.md), judged on the runs in ``docs``."""
+    runs = _by_name(docs)
+    return ("\n## Claims\n\nUnstable: an evaluation's mean gradient norm above "
+            f"{UNSTABLE_GRAD_NORM:g}.\n\n"
+            f"1. A leaking 4-bit configuration scores below bf16 through its own attention and above "
+            f"it through exact attention: {_leak_claim(runs)}.\n"
+            f"2. Forward/backward mismatches destabilise training (at least two): {_mismatch_claim(runs)}.\n")
+
+
 def plot_metric(docs: list[dict], keys: tuple[str, ...], ylabel: str, path: Path, log: bool = False) -> Path:
     """One line per run and key (the first key solid, the others dashed), against the step."""
     fig, ax = plt.subplots(figsize=(8, 5))
@@ -116,7 +172,7 @@ def write_report(results_dir: Path, baseline: "list[dict] | None" = None) -> lis
     if not docs:
         raise SettingError(f"--results-dir: no <run>.json with records under {results_dir}")
     table = results_dir / "results.md"
-    table.write_text(markdown_table(docs))
+    table.write_text(markdown_table(docs) + claims_section(docs))
     return [table,
             plot_metric(docs, ("val_loss_own", "val_loss_exact"), "validation loss (nats/byte)",
                         results_dir / "loss_curves.png"),
