@@ -6,9 +6,8 @@
 "run (its profile)", so that a profile that changes some runs is read against the unchanged
 ones (e.g. small-sumq against small's bf16). Writes, next to the JSON files: results.md (one
 row per run, its last evaluation, then the paper's two claims checked on these runs),
-loss_curves.png (validation loss through the run's own
-attention, solid, and through exact attention, dashed), grad_norm.png and
-single_step_cos.png (against the training step).
+loss_curves.png (validation loss through the run's own attention, solid, and through exact
+attention, dashed), grad_norm.png and single_step_cos.png (against the training step).
 """
 import json
 from dataclasses import asdict
@@ -114,7 +113,7 @@ def _leak_claim(runs: dict[str, dict]) -> str:
 
 def _mismatch_claim(runs: dict[str, dict]) -> str:
     """Claim 2: at least two mismatches destabilise training whose consistent run is stable."""
-    parts, destabilised = [], 0
+    parts, tested, destabilised = [], 0, 0
     for mm, base in MISMATCH_BASELINES.items():
         if mm not in runs or base not in runs:
             continue
@@ -122,12 +121,12 @@ def _mismatch_claim(runs: dict[str, dict]) -> str:
         if base_at is not None:
             parts.append(f"{mm} untested ({base} unstable from step {base_at})")
             continue
+        tested += 1
         destabilised += at is not None
         parts.append(f"{mm} " + (f"unstable from step {at}" if at is not None else "stable") + f", {base} stable")
     if not parts:
         return "not tested (needs a mismatch run and its consistent run)"
-    tested = [p for p in parts if "untested" not in p]
-    verdict = ("reproduced" if destabilised >= 2 else "not tested" if not tested else "not reproduced")
+    verdict = "reproduced" if destabilised >= 2 else "not reproduced" if tested else "not tested"
     return f"{verdict}: " + "; ".join(parts)
 
 
