@@ -153,7 +153,8 @@ def _group_scales(b_amax16, b_g):
     b_g [U, 1] (a power of two, at least the row max / 1792, so the ratio stays below 448):
     the ratio to 6 g rounded up on the grid, one grid step up where the group's maximum would
     still scale above 6."""
-    b_s = e4m3_round_up(tl.math.div_rn(b_amax16, _E2M1_MAX * b_g))
+    # tensor * constant: the other order fails in Triton 3.8's interpreter (fp8.py's list)
+    b_s = e4m3_round_up(tl.math.div_rn(b_amax16, b_g * _E2M1_MAX))
     over = tl.math.div_rn(b_amax16, b_s * b_g) > _E2M1_MAX
     return tl.where(over, b_s + pow2(e4m3_step_exp(b_s)), b_s)
 
