@@ -24,7 +24,7 @@ from flamia.recipes import Recipe
 from flamia.workload import exact_reference, make_packed_inputs, training_call
 
 RECIPES = {"bf16": "bf16", "mxfp8": "mxfp8", "mxfp8 bf16_scores": Recipe("mxfp8", bf16_scores=True),
-           "nvfp4": "nvfp4", "fp4": "fp4"}
+           "nvfp4": "nvfp4", "nvfp4 bf16_scores": Recipe("nvfp4", bf16_scores=True), "fp4": "fp4"}
 SHARPNESS = (1.0, 2.0, 3.0, 4.0)
 
 

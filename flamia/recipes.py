@@ -37,10 +37,11 @@ class Recipe:
     fwd_diag_block_m: forward treats query tiles of this many rows as diagonal tiles while
         the backward uses its own (nvfp4: diagonal tiles keep E4M3 P), e.g. 256 vs 128.
     fwd_approx_exp: forward uses Schraudolph's bit-level exponential, backward the exact one.
-    bf16_scores: (mxfp8) S = Q K^T from BF16 codes of Q and K on the token blocks' exponents
-        instead of their E4M3 codes; P, V, dO, G and dQ's and dK's Q and K stay E4M3. E4M3
-        scores lose dQ and dK once a trained model's attention sharpens (experiments/README.md,
-        paper profile); BF16 ones keep them. Emulator only: the kernels have no such route yet.
+    bf16_scores: (mxfp8, nvfp4) S = Q K^T from BF16 codes of Q and K on the token blocks'
+        exponents instead of their E4M3 codes (mxfp8) or NVFP4 values (nvfp4); P, V, dO, G and
+        dQ's and dK's Q and K stay as the route has them. E4M3 and NVFP4 scores lose dQ and
+        dK once a trained model's attention sharpens (experiments/README.md, paper profile);
+        BF16 ones keep them. Emulator only: the kernels have no such route yet.
     stochastic_grad: round G (dS) to E2M1 stochastically on the all-4-bit route, from
         counter-based random bits of the call's seed (NUMERICS.md 6); None = the default (on
         for fp4, the paper's all-4-bit route; the other routes' G is not 4-bit).
@@ -84,9 +85,10 @@ class Recipe:
         if self.stochastic_grad and self.name != "fp4":
             raise ValueError(f"recipe: stochastic_grad needs the all-4-bit route 'fp4' (only its G is E2M1), "
                              f"got {self.name!r}")
-        if self.bf16_scores and self.name != "mxfp8":
-            raise ValueError(f"recipe: bf16_scores needs the 'mxfp8' route (nvfp4's scores have their own "
-                             f"format, fp4's and bf16's are already BF16), got {self.name!r}")
+        if self.bf16_scores and self.name not in ("mxfp8", "nvfp4"):
+            raise ValueError(f"recipe: bf16_scores needs a route with E4M3 token blocks of Q and K, 'mxfp8' or "
+                             f"'nvfp4' (fp4's scores are NVFP4 on no token blocks, bf16's already BF16), "
+                             f"got {self.name!r}")
         # Not a field (equality and hashing ignore it): the recipe as a custom op's argument.
         object.__setattr__(self, "key", "|".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)))
 

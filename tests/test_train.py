@@ -286,7 +286,8 @@ def test_p4_sum_quantized_reaches_every_4bit_run_and_no_other():
         assert summed_cfg.p4_sum_quantized
         assert replace(summed_cfg, profile=base, p4_sum_quantized=False) == make_config(base)
         for run, changed in (("nvfp4", True), ("fp4", True), ("leak", True), ("mm_diag", True),
-                             ("mxfp8", False), ("mm_exp", False), ("bf16", False)):
+                             ("nvfp4_bf16s", True), ("mxfp8", False), ("mm_exp", False), ("mxfp8_bf16s", False),
+                             ("bf16", False)):
             plain, summed = (run_spec(make_config(profile, run=run)).recipe for profile in (base, f"{base}-sumq"))
             assert (summed is not None and summed.p4_sum_quantized) == changed, (base, run)
             assert summed == (plain.with_(p4_sum_quantized=True) if changed else plain), (base, run)

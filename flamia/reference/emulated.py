@@ -20,19 +20,20 @@ from ..spec import AttnSpec
 from ..tiling import NumericsTiles, numerics_tiles
 from .layout import DocLayout, make_layout, tile_multiple
 from .numerics import Bf16Numerics, Bf16ScoresNumerics, Numerics
-from .numerics_fp4 import Fp4Numerics, Nvfp4Numerics
+from .numerics_fp4 import Fp4Numerics, Nvfp4Bf16ScoresNumerics, Nvfp4Numerics
 from .operands import Operand
 
 LOG2E = math.log2(math.e)
 LN2 = math.log(2.0)
 NUMERICS = {"mxfp8": Numerics, "bf16": Bf16Numerics, "nvfp4": Nvfp4Numerics, "fp4": Fp4Numerics}
+BF16_SCORES_NUMERICS = {"mxfp8": Bf16ScoresNumerics, "nvfp4": Nvfp4Bf16ScoresNumerics}
 
 
 def numerics_for(recipe: Recipe, head_dim: int) -> Numerics:
     """The rounding hooks of ``recipe`` at ``head_dim``: one Numerics class per recipe name
-    (mxfp8's with ``bf16_scores``: its own)."""
+    (with ``bf16_scores``: its own)."""
     if recipe.bf16_scores:
-        return Bf16ScoresNumerics(recipe, head_dim)
+        return BF16_SCORES_NUMERICS[recipe.name](recipe, head_dim)
     return NUMERICS[recipe.name](recipe, head_dim)
 
 

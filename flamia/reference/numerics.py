@@ -96,17 +96,21 @@ class Numerics:
         return tiles.bwd_block_m, tiles.dq_block_n
 
 
-class Bf16ScoresNumerics(Numerics):
-    """MXFP8 with BF16 scores (``Recipe.bf16_scores``): Q and K in S as BF16 codes on their
-    E4M3 token blocks' exponents, E4M3 everywhere else (NUMERICS.md 3a)."""
+class Bf16Scores:
+    """``Recipe.bf16_scores`` for a route whose Q and K are E4M3 token blocks (mxfp8, nvfp4):
+    Q and K in S as BF16 codes on those blocks' exponents, the blocks themselves in dK = G^T Q
+    and dQ = G K (NUMERICS.md 3a). A mixin, before the route's ``Numerics`` class."""
 
     def score_operands(self, q, k, cu_q, cu_k, max_q, max_k):
         return tuple(bf16_operand(x, self.operand(x, cu, n, self.hadamard).exps, self.hadamard)
                      for x, cu, n in ((q, cu_q, max_q), (k, cu_k, max_k)))
 
     def grad_operands(self, q, k, score_q, score_k, cu_q, cu_k, max_q, max_k):
-        """The E4M3 token blocks that plain MXFP8's scores use."""
-        return Numerics.score_operands(self, q, k, cu_q, cu_k, max_q, max_k)
+        return self.operand(q, cu_q, max_q, self.hadamard), self.operand(k, cu_k, max_k, self.hadamard)
+
+
+class Bf16ScoresNumerics(Bf16Scores, Numerics):
+    """MXFP8 with BF16 scores: E4M3 everywhere but S."""
 
 
 class Bf16Numerics(Numerics):

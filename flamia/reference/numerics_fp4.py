@@ -14,7 +14,7 @@ import torch
 from ..formats.e2m1 import E2M1_MAX, round_to_e2m1, round_to_e2m1_stochastic
 from ..formats.nvfp4 import round_e2m1_pow2
 from ..tiling import NumericsTiles
-from .numerics import Numerics
+from .numerics import Bf16Scores, Numerics
 from .operands_fp4 import TOKEN_GROUP, TokenAxisOperand, nvfp4_operand, quantize_fp4_grad_output, token_axis_operand
 
 P_GROUP = 32  # keys (from the document start) sharing one power-of-two scale of 4-bit P
@@ -89,6 +89,11 @@ class Nvfp4Numerics(Numerics):
         else:
             gmax = groups.amax(-1)  # p is 0 on masked keys: this is exp2(visible gmax - m)
         return round_e2m1_pow2(groups, gmax[..., None]).flatten(-2)
+
+
+class Nvfp4Bf16ScoresNumerics(Bf16Scores, Nvfp4Numerics):
+    """The mixed route with BF16 scores (``Recipe.bf16_scores``): 4-bit P as nvfp4's, S from
+    BF16 codes of Q and K instead of their NVFP4 values."""
 
 
 class Fp4Numerics(Nvfp4Numerics):
