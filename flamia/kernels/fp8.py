@@ -13,9 +13,10 @@ the launchers pass):
   ``mul_rn`` multiplies plainly (numpy rounds each product on its own anyway);
 - before Triton 3.7 it turns a runtime loop bound into an int with ``int()`` of a one-element
   array, which numpy 2.4 refuses (triton-lang/triton#9171): ``_patch_scalar_index``;
-- Triton 3.8's keeps a global constexpr times a tensor a constexpr, which ``tl.math`` refuses
-  (``SIX = tl.constexpr(6.0)``, then ``tl.math.div_rn(x, SIX * x)`` in a kernel raises
-  "cannot convert ... to tensor"; Triton 3.6 runs it), so a constant multiplies from the right.
+- Triton 3.8's interpreter keeps a global constexpr times a tensor a constexpr, which
+  ``tl.math`` refuses (``SIX = tl.constexpr(6.0)``, then ``tl.math.div_rn(x, SIX * x)`` in a
+  kernel raises "cannot convert ... to tensor"; Triton 3.6 runs it), so a constant multiplies
+  from the right.
 """
 import functools
 import os
