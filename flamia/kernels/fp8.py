@@ -160,8 +160,9 @@ def to_fp32(x, INTERPRET: tl.constexpr):
 def inf_to_nan(x):
     """x with +-inf replaced by NaN, for the quantizers' scaled inputs: the GPU's fp32 -> E4M3
     conversion saturates inf to 448, which would turn a non-finite input into a finite one;
-    torch's cast (the emulator's) gives NaN, and so does this."""
-    return tl.where(x - x == 0, x, float("nan"))
+    torch's cast (the emulator's) gives NaN, and so does this: x * 0 + x, one FFMA where a
+    compare and select take two instructions and a predicate register."""
+    return tl.fma(x, 0.0, x)
 
 
 @triton.jit
