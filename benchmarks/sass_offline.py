@@ -2,8 +2,8 @@
 without a GPU, and read its SASS: registers, spills, shared memory, FP8 and BF16 wgmma (QGMMA, HGMMA) counts, and the instruction mix
 of each kernel's step loop. Device time is scarce; instruction counts are not.
 
-    PYTHONPATH=. python3 benchmarks/sass_offline.py [--workload eq8x8k] [--recipe mxfp8] [--kernels REGEX]
-                                                    [--forward-only] [--out FILE]
+    PYTHONPATH=. python3 benchmarks/sass_offline.py [--workload eq8x8k] [--recipe mxfp8] [--bf16-scores]
+                                                    [--kernels REGEX] [--forward-only] [--out FILE]
 
 How: a first process runs the training call on the CPU under TRITON_INTERPRET=1 with every
 kernel launch intercepted and skipped, recording each launch's arguments (tensors of the
@@ -32,11 +32,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 _MMA = ("QGMMA", "HGMMA", "HMMA")
 
 
-def capture(workload: str, recipe: str, backward: bool = True, tiles: dict | None = None) -> list[dict]:
+def capture(workload: str, recipe: str, backward: bool = True, tiles: dict | None = None,
+            bf16_scores: bool = False) -> list[dict]:
     """Every kernel launch of one training call (forward + backward, or the forward alone) on
     ``workload``'s shapes, as {kernel, module, grid, args: [{kind, ...}], kwargs}; the kernels
     do not run. tiles: ``AttnTiles`` fields to change for the recipe's codes at the workload's
-    head dim (a candidate's shared memory and registers before any device time)."""
+    head dim (a candidate's shared memory and registers before any device time); bf16_scores:
+    the recipe with that option (``Recipe.bf16_scores``)."""
     os.environ["TRITON_INTERPRET"] = "1"
     import torch
     import triton.language as tl
@@ -82,16 +84,17 @@ def capture(workload: str, recipe: str, backward: bool = True, tiles: dict | Non
     GluonJITFunction.run = record
     quantize.interpreting = attn_fwd.interpreting = attn_bwd.interpreting = lambda: False
     i = make_case(WORKLOADS[workload], "cpu").inputs
+    recipe = resolve_recipe(recipe).with_(bf16_scores=True) if bf16_scores else resolve_recipe(recipe)
     if tiles:
         from dataclasses import replace
 
         from flamia.kernels import configs
         d = i.q.shape[-1]
-        table = configs.tile_table(configs.ROUTES[resolve_recipe(recipe).name].codes)
+        table = configs.tile_table(configs.route_for(recipe).codes)
         table[d] = replace(table[d], **tiles)
     q, k, v = (x.detach().clone().requires_grad_() for x in (i.q, i.k, i.v))
     spec = AttnSpec(i.cu_seqlens, i.cu_seqlens, i.max_seqlen, i.max_seqlen, True, q.shape[-1] ** -0.5, (-1, -1),
-                    resolve_recipe(recipe))
+                    recipe)
     out, _ = ops.attention(q, k, v, spec, "triton")  # CPU tensors: the launches are recorded, not run
     if backward:
         torch.autograd.grad(out, (q, k, v), i.do)
@@ -243,7 +246,8 @@ def _straight_path(code: list, lo: int, hi: int) -> list:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workload", default="eq8x8k")
-    ap.add_argument("--recipe", default="mxfp8", help="a recipe the triton backend runs (mxfp8, bf16)")
+    ap.add_argument("--recipe", default="mxfp8", help="a recipe the triton backend runs (mxfp8, bf16, nvfp4, fp4)")
+    ap.add_argument("--bf16-scores", action="store_true", help="the recipe with bf16_scores (mxfp8, nvfp4)")
     ap.add_argument("--kernels", default=".", help="regex on kernel names")
     ap.add_argument("--forward-only", action="store_true", help="the forward's launches alone")
     ap.add_argument("--tiles", default="{}", help="AttnTiles fields to change for the recipe at the workload's "
@@ -252,7 +256,8 @@ def main(argv=None) -> int:
     ap.add_argument("--capture", action="store_true", help=argparse.SUPPRESS)  # the first process
     args = ap.parse_args(argv)
     if args.capture:
-        json.dump(capture(args.workload, args.recipe, not args.forward_only, json.loads(args.tiles)), sys.stdout)
+        json.dump(capture(args.workload, args.recipe, not args.forward_only, json.loads(args.tiles), args.bf16_scores),
+                  sys.stdout)
         return 0
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         # Kernels imported under the interpreter cannot be compiled: run again without it.
@@ -260,7 +265,8 @@ def main(argv=None) -> int:
         return subprocess.run([sys.executable, __file__, *(sys.argv[1:] if argv is None else argv)], env=env).returncode
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     recorded = subprocess.run([sys.executable, __file__, "--capture", "--workload", args.workload, "--recipe",
-                               args.recipe, "--tiles", args.tiles] + ["--forward-only"] * args.forward_only, env=env,
+                               args.recipe, "--tiles", args.tiles] + ["--forward-only"] * args.forward_only
+                              + ["--bf16-scores"] * args.bf16_scores, env=env,
                               capture_output=True, text=True, check=True).stdout
     report, seen = {}, {}
     for launch in json.loads(recorded):
@@ -282,7 +288,8 @@ def main(argv=None) -> int:
                   f"{step['straight']['instructions']} on its straight path (forward branches taken): "
                   + ", ".join(f"{op} {n}" for op, n in list(step["straight"]["opcodes"].items())[:24]), flush=True)
     if args.out:
-        json.dump({"workload": args.workload, "recipe": args.recipe, "kernels": report}, open(args.out, "w"), indent=1)
+        json.dump({"workload": args.workload, "recipe": args.recipe, "bf16_scores": args.bf16_scores, "kernels": report},
+                  open(args.out, "w"), indent=1)
     return 0
 
 

@@ -41,7 +41,7 @@ class Recipe:
         exponents instead of their E4M3 codes (mxfp8) or NVFP4 values (nvfp4); P, V, dO, G and
         dQ's and dK's Q and K stay as the route has them. E4M3 and NVFP4 scores lose dQ and
         dK once a trained model's attention sharpens (experiments/README.md, paper profile);
-        BF16 ones keep them. Emulator only: the kernels have no such route yet.
+        BF16 ones keep them.
     stochastic_grad: round G (dS) to E2M1 stochastically on the all-4-bit route, from
         counter-based random bits of the call's seed (NUMERICS.md 6); None = the default (on
         for fp4, the paper's all-4-bit route; the other routes' G is not 4-bit).

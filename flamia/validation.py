@@ -157,7 +157,7 @@ def resolve_seed(seed, recipe: Recipe) -> int:
 
 def _kernel_recipe(recipe: Recipe) -> str | None:
     """Why the triton backend cannot run ``recipe``, or None when it can (the plain mxfp8,
-    nvfp4, fp4 and bf16 recipes, and nvfp4's 4-bit P options)."""
+    nvfp4, fp4 and bf16 recipes, their bf16_scores, and nvfp4's 4-bit P options)."""
     if recipe.name not in KERNEL_RECIPES:
         return f"'triton' runs the {KERNEL_RECIPES} recipes, got {recipe.name!r}"
     if recipe.name == "fp4" and recipe.is_ablation:
@@ -176,8 +176,6 @@ def _kernel_recipe(recipe: Recipe) -> str | None:
         tiles_m = sorted({t.fwd_block_m for t in TILES.values()})
         if recipe.fwd_diag_block_m is not None and any(recipe.fwd_diag_block_m % m for m in tiles_m):
             return f"'triton' needs fwd_diag_block_m to be a multiple of its query tiles {tiles_m}"
-    if recipe.bf16_scores:
-        return "'triton' has no route for bf16_scores yet (the emulator runs it)"
     if recipe.name == "bf16" and recipe.hadamard:
         return "'triton' runs the bf16 recipe without the Hadamard rotation"
     return None

@@ -152,12 +152,17 @@ def test_bf16_scores_keep_gradients_where_attention_sharpens(name):
             assert plain["dQ"] < plain_at_four and plain["dK"] < plain_at_four, plain
 
 
-def test_bf16_scores_is_an_option_of_the_token_block_routes_the_kernels_refuse():
+def test_bf16_scores_is_an_option_of_the_token_block_routes_the_kernels_run():
     from flamia.validation import _kernel_recipe
 
     for name in ("fp4", "bf16"):
         with pytest.raises(ValueError, match="bf16_scores needs a route with E4M3 token blocks"):
             Recipe(name, bf16_scores=True)
     for name in ("mxfp8", "nvfp4"):
-        assert "bf16_scores" in _kernel_recipe(Recipe(name, bf16_scores=True))
+        assert _kernel_recipe(Recipe(name, bf16_scores=True)) is None
         assert Recipe.from_key(Recipe(name, bf16_scores=True).key).bf16_scores
+    # the mismatch runs on BF16 scores (flamia.train's RUNS), and an ablation the kernels never run
+    for flags in (dict(fwd_p4_bwd_p8=True), dict(fwd_diag_block_m=256)):
+        assert _kernel_recipe(Recipe("nvfp4", bf16_scores=True, **flags)) is None
+    assert _kernel_recipe(Recipe("mxfp8", bf16_scores=True, fwd_approx_exp=True)) is None
+    assert "ablation" in _kernel_recipe(Recipe("mxfp8", bf16_scores=True, per_tensor_scales=True))

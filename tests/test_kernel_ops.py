@@ -9,9 +9,19 @@ import torch
 import flamia
 from flamia.kernels import ops as kernel_ops
 from flamia.kernels import replay
-from flamia.recipes import RECIPES
+from flamia.recipes import Recipe, resolve_recipe
 from flamia.spec import AttnSpec
 from flamia.workload import as_attention, make_packed_inputs, training_call
+
+# bf16_scores on both routes, and the training runs' mismatches on it (flamia.train's RUNS)
+BF16_SCORES = {"mxfp8-bf16s": Recipe("mxfp8", bf16_scores=True), "nvfp4-bf16s": Recipe("nvfp4", bf16_scores=True),
+               "nvfp4-bf16s-sumq": Recipe("nvfp4", bf16_scores=True, p4_sum_quantized=True),
+               "nvfp4-bf16s-prepr": Recipe("nvfp4", bf16_scores=True, fwd_p4_bwd_p8=True),
+               "mxfp8-bf16s-exp": Recipe("mxfp8", bf16_scores=True, fwd_approx_exp=True)}
+
+
+def _recipe_id(value):
+    return next((name for name, recipe in BF16_SCORES.items() if value == recipe), None)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's exact products; the GPU test covers CUDA")
@@ -19,16 +29,21 @@ from flamia.workload import as_attention, make_packed_inputs, training_call
     ("mxfp8", 64, True, (-1, -1), torch.bfloat16), ("nvfp4", 64, True, (-1, -1), torch.bfloat16),
     ("bf16", 64, True, (-1, -1), torch.bfloat16), ("fp4", 64, True, (-1, -1), torch.bfloat16),
     ("fp4", 128, True, (20, 0), torch.bfloat16), ("fp4", 64, False, (-1, -1), torch.bfloat16),
-    ("mxfp8", 64, True, (-1, -1), torch.float16)])
+    ("mxfp8", 64, True, (-1, -1), torch.float16),
+    *((recipe, d, True, (-1, -1), torch.bfloat16) for recipe in BF16_SCORES.values() for d in (64, 128))],
+    ids=_recipe_id)
 def test_interpreted_training_call_equals_emulator(recipe, head_dim, causal, window, dtype):
     """kernels/ops.py's forward and backward under the interpreter take 5 and 3 launches (each
     one host time an eager call pays) and equal the emulator's O, dQ, dK, dV bit for bit (the
     stochastic fp4 G with the same seed on both sides), fp16 inputs too (O rounds once, from
     fp32 to fp16, and the backward's delta reads that O); bf16 within 1e-6 relative norm, the
-    order of fp32 sums in its unquantized products."""
+    order of fp32 sums in its unquantized products. bf16_scores' BF16 score products sum in
+    another order too, which can move an output across a rounding, and with it a P code (a
+    4-bit one by up to a third): at most 1 element in 1000 off, within 1e-4 relative norm
+    (measured on 338 tokens: up to 25 of dQ's 86528 elements, relative norm up to 5e-5)."""
     inputs = make_packed_inputs((37, 1, 70), 4, 2, head_dim, dtype=dtype, seed=3, device="cpu")
     cu, n, scale = inputs.cu_seqlens, inputs.max_seqlen, head_dim ** -0.5
-    spec = AttnSpec(cu, cu, n, n, causal, scale, window, RECIPES[recipe], seed=5)
+    spec = AttnSpec(cu, cu, n, n, causal, scale, window, resolve_recipe(recipe), seed=5)
     with replay.record() as (forward, _):
         out, _, res = kernel_ops.forward(inputs.q, inputs.k, inputs.v, spec)
     with replay.record() as (backward, _):
@@ -43,13 +58,17 @@ def test_interpreted_training_call_equals_emulator(recipe, head_dim, causal, win
         if recipe == "bf16":
             err = ((a.double() - b.double()).norm() / b.double().norm()).item()
             assert err <= 1e-6, f"{name}: relative norm error {err:.3g}"
+        elif _recipe_id(recipe):
+            err = ((a.double() - b.double()).norm() / b.double().norm()).item()
+            assert (a != b).float().mean() <= 1e-3 and err <= 1e-4, f"{name}: {(a != b).sum()} off, {err:.3g}"
         else:
             assert torch.equal(a, b), name
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("recipe", ["mxfp8", "bf16", "nvfp4", "fp4"])
+@pytest.mark.parametrize("recipe", ["mxfp8", "bf16", "nvfp4", "fp4", BF16_SCORES["mxfp8-bf16s"],
+                                    BF16_SCORES["nvfp4-bf16s"]], ids=_recipe_id)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("lengths", [(1000, 333, 1, 77), (5, 1, 9)], ids=["packed", "tiny"])
@@ -60,7 +79,8 @@ def test_training_call_matches_emulator(dtype, head_dim, lengths, recipe):
     code by a third of its value where E4M3's step is an eighth (measured on the H200: dQ
     1.23e-2 on the tiny batch, d=128, fp16; 2.9e-3 on the packed one). The tiny
     batch holds fewer tokens than one tile: the Gluon kernels' TMA boxes then reach past
-    every tensor's end (zeros). fp4 (the same seed on both sides) takes nvfp4's bound."""
+    every tensor's end (zeros). fp4 (the same seed on both sides) and nvfp4 with bf16_scores
+    take nvfp4's bound."""
     inputs = make_packed_inputs(lengths, heads_q=8, heads_kv=2, head_dim=head_dim, dtype=dtype, device="cuda")
     got = training_call(as_attention(recipe, "triton"), inputs)
     want = training_call(as_attention(recipe, "reference"), inputs)
@@ -70,7 +90,7 @@ def test_training_call_matches_emulator(dtype, head_dim, lengths, recipe):
             continue
         assert a.dtype == dtype, name
         err = ((a.double() - b.double()).norm() / b.double().norm()).item()
-        bound = 2e-2 if recipe in ("nvfp4", "fp4") else 1e-2
+        bound = 2e-2 if resolve_recipe(recipe).has_p4 else 1e-2
         assert err <= bound, f"{name}: relative norm error {err:.3g}"
     out = flamia.flash_attn_varlen_func(inputs.q, inputs.k, inputs.v, inputs.cu_seqlens, inputs.cu_seqlens,
                                         inputs.max_seqlen, inputs.max_seqlen, causal=True, recipe=recipe)

@@ -120,6 +120,35 @@ def test_bf16_pair_writes_what_two_launches_write():
         _assert_same_operand(got, quantize_operand(x, cu, 32, fmt=BF16))
 
 
+def _assert_bf16_score_codes(lengths, heads: int, d: int, block: int, hadamard: bool, seed: int) -> None:
+    """``bf16_scores``' launch of Q and K (scores=2): the row codes are BF16 codes of x on the
+    E4M3 codes' exponents, bit for bit the emulator's ``bf16_operand`` (an Inf kept, a NaN
+    NaN); the exponents and transposed codes are the plain launch's."""
+    cu = _cu_seqlens(lengths)
+    q, k = _rows(lengths, heads, d, seed=seed), _rows(lengths, heads, d, seed=seed + 1)
+    q[5, 0, 1], k[0, 1, 2], k[1, 1, 3] = float("inf"), float("-inf"), float("nan")
+    for x, got in zip((q, k), quantize_pair(q, k, cu, cu, block, hadamard, scores=2)):
+        plain = quantize_operand(x, cu, block, hadamard)
+        assert torch.equal(got.exps, plain.exps)
+        assert torch.equal(_bytes(got.codes_t), _bytes(plain.codes_t))
+        want = ref.bf16_operand(x, got.exps.int(), hadamard)
+        assert got.codes.dtype == torch.bfloat16 and torch.equal(_bf16_bits(got.codes), _bf16_bits(want.codes))
+
+
+@pytest.mark.parametrize("hadamard", [False, True])
+@pytest.mark.parametrize("d", [64, 128])
+def test_bf16_score_codes_match_emulator(d, hadamard):
+    _assert_bf16_score_codes(LENGTHS, HEADS, d, 32, hadamard, seed=d + 21)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("block", [32, 1])
+def test_bf16_score_codes_real_size_on_gpu(block):
+    """The Gluon launch (rotated, ``rotated_quantizer.ROW_BF16``) at a real size."""
+    _assert_bf16_score_codes((1000, 4096, 333), 16, 128, block, True, seed=9)
+
+
 def _assert_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu: torch.Tensor, max_seqlen: int,
                         block: int) -> None:
     got = quantize_grad_output(do, o, ro, cu, block, STEP)

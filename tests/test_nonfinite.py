@@ -21,6 +21,7 @@ must also be non-finite in every quantity in which the emulator's is.
 import pytest
 import torch
 
+from flamia.recipes import Recipe
 from flamia.workload import PackedInputs, as_attention, make_packed_inputs, training_call
 
 LAYOUTS = {"three-300": (300, 300, 300), "odd": (100, 67, 0, 1, 33), "one-token": (100, 1, 0, 67, 33)}
@@ -125,11 +126,13 @@ def test_nonfinite_stays_in_its_document_triton(layout, operand, value, causal, 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("recipe", ["nvfp4", "bf16", "fp4"])
+@pytest.mark.parametrize("recipe", ["nvfp4", "bf16", "fp4", Recipe("mxfp8", bf16_scores=True),
+                                    Recipe("nvfp4", bf16_scores=True)], ids=["nvfp4", "bf16", "fp4", "mxfp8-bf16s",
+                                                                             "nvfp4-bf16s"])
 @pytest.mark.parametrize("value", list(VALUES))
 @pytest.mark.parametrize("operand", OPERANDS)
 def test_nonfinite_stays_in_its_document_other_routes(operand, value, recipe):
-    """The mixed NVFP4, the BF16 and the all-4-bit kernels: isolation, and the non-finite results the
-    arithmetic gives (the docstring). The emulator is no oracle here: its NVFP4 quantizer
-    refuses a non-finite row."""
+    """The mixed NVFP4, the BF16, the all-4-bit and bf16_scores' kernels: isolation, and the
+    non-finite results the arithmetic gives (the docstring). The emulator is no oracle here:
+    its NVFP4 quantizer refuses a non-finite row."""
     check("odd", operand, value, True, "triton", heads=(4, 2), head_dim=128, device="cuda", recipe=recipe)

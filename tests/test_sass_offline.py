@@ -59,15 +59,17 @@ def test_bf16_attention_kernels_use_bf16_wgmma(tmp_path):
 
 
 @needs_cuobjdump
-def test_rotated_quantizer_butterflies_stay_in_registers(tmp_path):
+@pytest.mark.parametrize("option", [[], ["--bf16-scores"]], ids=["mxfp8", "mxfp8-bf16s"])
+def test_rotated_quantizer_butterflies_stay_in_registers(tmp_path, option):
     """The Gluon Q/K launch holds a token row per thread: each of the 7 butterfly stages of a
     128-wide row is one FADD per element in the thread (896 in all), and the only exchange
-    between threads is the 32-row block maximum (5 butterfly shuffles); nothing spills. The
-    launch quantizes Q and K (PAIR): Triton 3.6 gives each operand's branch its own copy of
-    that code, newer Tritons share one copy between the branches."""
+    between threads is the 32-row block maximum (5 butterfly shuffles); nothing spills, also
+    with BF16 row codes (``bf16_scores``). The launch quantizes Q and K (PAIR): Triton 3.6
+    gives each operand's branch its own copy of that code, newer Tritons share one copy
+    between the branches."""
     out = tmp_path / "sass.json"
     assert sass_offline.main(["--workload", "logu11-16k", "--kernels", "^rotated_operand_kernel$",
-                              "--out", str(out)]) == 0
+                              "--out", str(out), *option]) == 0
     (r,) = json.loads(out.read_text())["kernels"].values()
     copies, rest = divmod(r["opcodes"]["FADD"], 7 * 128)
     assert rest == 0 and copies in (1, 2) and r["opcodes"].get("SHFL", 0) <= copies * 5, r["opcodes"]

@@ -45,11 +45,23 @@ class Route:
     scores: OperandFormat
     p4: bool = False
     all4: bool = False
+    # The Q/K quantizer's SCORES, what the row codes of Q and K hold: 0 codes in ``scores``
+    # == ``codes``; 1 NVFP4 values (the mixed route, ``fp4.score_codes``) or 2 BF16 codes
+    # (``Recipe.bf16_scores``), both on the tokens' E4M3 exponents and stored as BF16.
+    score_codes: int = 0
 
 
 # the recipes the kernels run
-ROUTES = {"mxfp8": Route(E4M3, E4M3), "bf16": Route(BF16, BF16), "nvfp4": Route(E4M3, BF16, p4=True),
+ROUTES = {"mxfp8": Route(E4M3, E4M3), "bf16": Route(BF16, BF16), "nvfp4": Route(E4M3, BF16, p4=True, score_codes=1),
           "fp4": Route(BF16, BF16, p4=True, all4=True)}
+# Recipe(name, bf16_scores=True): the mixed NVFP4 route's kernels with BF16 codes in S, with
+# (nvfp4) or without (mxfp8) 4-bit P (NUMERICS.md 3a)
+BF16_SCORES = {"mxfp8": Route(E4M3, BF16, score_codes=2), "nvfp4": Route(E4M3, BF16, p4=True, score_codes=2)}
+
+
+def route_for(recipe) -> Route:
+    """The route of a recipe the kernels run (a ``flamia.Recipe``)."""
+    return (BF16_SCORES if recipe.bf16_scores else ROUTES)[recipe.name]
 
 
 def p4_mode(recipe, forward: bool) -> int:
@@ -57,7 +69,7 @@ def p4_mode(recipe, forward: bool) -> int:
     no 4-bit P (also the backward of ``fwd_p4_bwd_p8``); 1 off the diagonal tiles; 2 on every
     tile with group maxima over masked keys too (``p4_scale_before_mask``); 3 on every tile,
     group maxima over the visible keys (the all-4-bit route)."""
-    route = ROUTES[recipe.name]
+    route = route_for(recipe)
     if not route.p4 or (not forward and recipe.fwd_p4_bwd_p8):
         return 0
     return 2 if recipe.p4_scale_before_mask else 3 if route.all4 else 1
@@ -66,7 +78,7 @@ def p4_mode(recipe, forward: bool) -> int:
 def grad_mode(recipe) -> int:
     """The kernels' GRAD4 for a recipe: 0 G in the operand format; 1 E2M1 in groups of 16,
     nearest; 2 E2M1 in groups of 16, stochastic (``Recipe.rounds_grad_stochastically``)."""
-    if not ROUTES[recipe.name].all4:
+    if not route_for(recipe).all4:
         return 0
     return 2 if recipe.rounds_grad_stochastically else 1
 

@@ -6,7 +6,8 @@ the launchers pass):
 - its fp32 -> fp8 ``.to()`` mis-rounds about 2% of values, so values are first rounded to the
   E4M3 grid in fp32 (bit-exact round-to-nearest-even), which makes the cast exact;
 - its ``tl.dot`` on low-precision operands is unreliable, so operands are upcast to fp32;
-- its fp32 -> bf16 cast truncates, so values are first rounded on their bits;
+- its fp32 -> bf16 cast truncates and gets subnormals wrong, so ``to_output`` rounds on the
+  bits and takes their upper half as the bf16's;
 - its bf16 -> fp32 cast renormalizes bf16 subnormals into wrong fp32 values (both formats
   share the exponent range), so ``to_fp32`` moves the bits up 16 places instead;
 - it cannot run inline PTX, so ``e4m3_grid`` rounds there in fp32 arithmetic instead, and
@@ -187,12 +188,14 @@ def mma(a, b, acc, INTERPRET: tl.constexpr):
 @triton.jit
 def to_output(x, DTYPE: tl.constexpr, INTERPRET: tl.constexpr):
     """fp32 -> DTYPE (bf16, fp16 or fp32), round to nearest even. The interpreter's bf16 cast
-    truncates, so there the value is first rounded on its bits, which makes the cast exact
-    for normal numbers."""
-    if INTERPRET:
-        if DTYPE == tl.bfloat16:
-            x = round_bf16(x)
-    return x.to(DTYPE)
+    truncates and gets subnormals wrong, so there the value is rounded on its bits and their
+    upper half taken as the bf16's (a NaN as the canonical one)."""
+    if INTERPRET and DTYPE == tl.bfloat16:
+        bits = tl.where(x == x, round_bf16(x).to(tl.int32, bitcast=True) >> 16, 0x7FC0)
+        y = bits.to(tl.int16).to(tl.bfloat16, bitcast=True)
+    else:
+        y = x.to(DTYPE)
+    return y
 
 
 @triton.jit

@@ -16,7 +16,7 @@ import torch
 from ..spec import AttnSpec
 from .attn_bwd import attention_backward
 from .attn_fwd import attention_forward
-from .configs import ROUTES, grad_mode, p4_mode, tiles_for
+from .configs import grad_mode, p4_mode, route_for, tiles_for
 from .layout import transposed_extent
 from .plan import build_plan, plan_layout
 from .prefix import prefix_v_exponent
@@ -28,8 +28,8 @@ from .launch import _device
 
 class Residuals(NamedTuple):
     """What the backward reads of the forward: the codes (row-major [T, H, D] and transposed
-    [H, D, T_t], float8_e4m3fn, or bfloat16 for the BF16 recipe; the mixed NVFP4 route's
-    row-major Q and K codes are its bf16 score codes) and int8 exponents [T, H] of Q and K,
+    [H, D, T_t], float8_e4m3fn, or bfloat16 for the BF16 recipe; the row-major Q and K codes
+    of the mixed NVFP4 route and of ``bf16_scores`` are their bf16 score codes) and int8 exponents [T, H] of Q and K,
     V's codes and exponents, the transposed codes' document starts cu_qt, cu_kt (int32 [num_docs + 1]),
     the key records [Hkv, Tk] int32, the row statistics m, ro [Hq, Tq] fp32, PV [Tq, Hkv]
     int32 and the call's work lists (``plan.build_plan``'s buffer, int32). The all-4-bit route's
@@ -63,7 +63,7 @@ def empty_residuals(q: torch.Tensor, k: torch.Tensor, spec: AttnSpec) -> Residua
     """Residuals of the right shapes and dtypes, uninitialised: the custom op's fake."""
     (tq, hq, d), (tk, hkv) = q.shape, k.shape[:2]
     num_docs = spec.cu_seqlens_q.shape[0] - 1
-    route = ROUTES[spec.recipe.name]
+    route = route_for(spec.recipe)
     plan = plan_layout(tq, tk, num_docs, tiles_for(d, route.codes))
     tq_t, tk_t = transposed_extent(tq, num_docs), transposed_extent(tk, num_docs)
     codes, scores = route.codes.torch_dtype, route.scores.torch_dtype
@@ -87,14 +87,14 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     # (stride(-1) == 1, as the API requires) are copied once here.
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     recipe, d = spec.recipe, q.shape[-1]
-    route = ROUTES[recipe.name]
+    route = route_for(recipe)
     fmt = route.codes
     tiles, rotate, block = tiles_for(d, route.codes), recipe.use_hadamard(d), recipe.scale_block
     # Q^T and K^T are written now, in the launch that reads Q and K anyway: the backward's
     # dK = G^T Q^ and dQ = G K^ need them as K-major FP8 operands. The transposed codes'
     # document starts and every launch's work list come from one launch (Q's quantizer list
     # serves K and V when both sides share cu_seqlens); Q and K share a launch, and V's
-    # writes the key records. The mixed NVFP4 route's row-major Q and K codes are its scores'.
+    # writes the key records. Row-major Q and K codes are the scores' (``Route.score_codes``).
     plan = build_plan(spec.cu_seqlens_q, spec.cu_seqlens_k, q.shape[0], k.shape[0], tiles)
     k_work = plan.work("k_operand")
     if route.all4:  # K and V also with per-key scales, for the diagonal tiles
@@ -103,7 +103,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         vq = quantize_fp4_operand(v, spec.cu_seqlens_k, False, True, plan.cu_kt, k_work, key_records=True)
     else:
         qq, kq = quantize_pair(q, k, spec.cu_seqlens_q, spec.cu_seqlens_k, block, rotate, plan.cu_qt, plan.cu_kt,
-                               plan.work("q_operand"), k_work, fmt, scores=route.scores != fmt)
+                               plan.work("q_operand"), k_work, fmt, scores=route.score_codes)
         vq = quantize_operand(v, spec.cu_seqlens_k, block, False, True, plan.cu_kt, work=k_work, key_exps=kq.exps,
                               fmt=fmt)
     key_rec = vq.key_rec  # read by the forward and the backward's dQ
@@ -126,7 +126,7 @@ def backward(dout: torch.Tensor, out: torch.Tensor, res: Residuals,
              spec: AttnSpec) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq [Tq, Hq, D], dk, dv [Tk, Hkv, D] in dout's dtype from dO and the forward's out
     (the inputs' dtype) and residuals."""
-    recipe, route = spec.recipe, ROUTES[spec.recipe.name]
+    recipe, route = spec.recipe, route_for(spec.recipe)
     fmt = route.codes
     tiles = tiles_for(out.shape[-1], route.codes)
     num_docs = spec.cu_seqlens_q.shape[0] - 1

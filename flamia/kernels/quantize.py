@@ -203,8 +203,10 @@ def _quantize_unit(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_
     if FP4:  # the row-major values are NVFP4's, with each token's own scale folded in
         b_amax = _amax(b_x, 1)  # [UNIT]
         tl.store(p_codes + o_x, to_codes(_nvfp4_values(b_x, b_amax, D), CODES, INTERPRET), mask=m_t[:, None])
-    elif SCORES:  # the mixed NVFP4 route: the row-major codes are the scores' bf16 codes
+    elif SCORES == 1:  # the mixed NVFP4 route: the row-major codes are the scores' bf16 codes
         tl.store(p_codes + o_x, to_output(score_codes(b_x, b_e, D), tl.bfloat16, INTERPRET), mask=m_t[:, None])
+    elif SCORES == 2:  # bf16_scores: x on the E4M3 codes' exponents in BF16, an Inf kept as torch's cast does
+        tl.store(p_codes + o_x, to_output(b_x * pow2(-b_e)[:, None], tl.bfloat16, INTERPRET), mask=m_t[:, None])
     else:
         tl.store(p_codes + o_x, to_codes(b_scaled, CODES, INTERPRET), mask=m_t[:, None])
     tl.store(p_exps + o_t * H + h, b_e.to(tl.int8), mask=m_t)
@@ -392,11 +394,11 @@ class _Side(NamedTuple):
 
 
 def _launch_operands(sides: list[_Side], block: int, hadamard: bool, transposed: bool, fmt: OperandFormat,
-                     scores: bool = False, key_exps: torch.Tensor | None = None,
+                     scores: int = 0, key_exps: torch.Tensor | None = None,
                      key_rec: torch.Tensor | None = None, fp4: bool = False) -> None:
     """One launch over one or two operands (each with tokens; one head dim and one dtype).
-    key_rec: written from key_exps, or (fp4) from zero exponents; fp4: the all-4-bit route
-    (fmt BF16)."""
+    scores: what the row codes hold (``Route.score_codes``); key_rec: written from key_exps,
+    or (fp4) from zero exponents; fp4: the all-4-bit route (fmt BF16)."""
     args = [arg for side in sides for arg in side.kernel_args()]
     pair = len(sides) == 2
     args += [None] * 10 * (not pair)
@@ -405,12 +407,12 @@ def _launch_operands(sides: list[_Side], block: int, hadamard: bool, transposed:
     common = dict(num_docs=sides[0].cu_seqlens.numel() - 1, inv_sqrt_d=1.0 / math.sqrt(d), D=d,
                   UNIT=QUANTIZER.operand_unit, BLOCK=block, HADAMARD_STAGES=d.bit_length() - 1 if hadamard else 0,
                   T_ALIGN=T_ALIGN, PAIR=pair)
-    if hadamard and transposed and key_rec is None and not scores and not fp4 and not interpreting():
+    nvfp4 = scores == 1 or fp4  # the launches that form NVFP4 groups
+    if hadamard and transposed and key_rec is None and not nvfp4 and not interpreting():
         # a token row per thread, so the butterflies stay in registers (rotated_quantizer.py)
         launch(rotated_operand_kernel, grid, *args, **common, PARTS=QUANTIZER.transposed_parts,
-               num_warps=QUANTIZER.rotated_warps)
+               ROW_BF16=scores == 2, num_warps=QUANTIZER.rotated_warps)
         return
-    nvfp4 = scores or fp4  # the launches that form NVFP4 groups
     warps = QUANTIZER.nvfp4_warps if nvfp4 else QUANTIZER.rotated_warps if hadamard else QUANTIZER.plain_warps
     launch(_quantize_operand_kernel, grid, *args, **common, p_key_exps=key_exps, p_key_rec=key_rec,
            p_diag_t=sides[0].diag_t, p_diag_t2=sides[1].diag_t if pair else None, T=sides[0].x.shape[0],
@@ -457,17 +459,20 @@ def quantize_pair(q: torch.Tensor, k: torch.Tensor, cu_seqlens_q: torch.Tensor, 
                   block: int = 32, hadamard: bool = False, cu_seqlens_qt: torch.Tensor | None = None,
                   cu_seqlens_kt: torch.Tensor | None = None, q_work: torch.Tensor | None = None,
                   k_work: torch.Tensor | None = None, fmt: OperandFormat = E4M3,
-                  scores: bool = False) -> tuple[KernelOperand, KernelOperand]:
+                  scores: int = 0) -> tuple[KernelOperand, KernelOperand]:
     """Q and K -> ``quantize_operand(x, cu_seqlens, block, hadamard, True, cu_seqlens_t, work,
     fmt=fmt)`` of each, in one launch (two when either has no tokens). q [Tq, Hq, D] and k
     [Tk, Hkv, D] share a dtype and a head dim; cu_seqlens_q and cu_seqlens_k a document count.
-    scores: the mixed NVFP4 route (fmt E4M3): the row-major codes are the scores' bf16 codes
-    (``fp4.score_codes``, from the tokens' E4M3 exponents), the transposed ones stay E4M3."""
+    scores (fmt E4M3; ``Route.score_codes``): the row-major codes are the scores' bf16 codes
+    on the tokens' E4M3 exponents, 1 NVFP4 values (the mixed route, ``fp4.score_codes``), 2
+    x itself (``Recipe.bf16_scores``); the transposed codes stay E4M3."""
     _check_options(q, block, hadamard, fmt)
     _check_options(k, block, hadamard, fmt)
     _check_pair(q, k, cu_seqlens_q, cu_seqlens_k)
+    if scores not in (0, 1, 2):
+        raise ValueError(f"scores: 0 (codes), 1 (NVFP4 values) or 2 (BF16 codes), got {scores!r}")
     if scores and fmt != E4M3:
-        raise ValueError(f"scores: the mixed NVFP4 route's transposed codes are E4M3, got the {fmt.name} format")
+        raise ValueError(f"scores: bf16 score codes come with E4M3 transposed codes, got the {fmt.name} format")
     row_dtype = torch.bfloat16 if scores else fmt.torch_dtype
     sides = [_Side.allocate(q, cu_seqlens_q, True, cu_seqlens_qt, q_work, fmt, row_dtype),
              _Side.allocate(k, cu_seqlens_k, True, cu_seqlens_kt, k_work, fmt, row_dtype)]
@@ -483,7 +488,7 @@ def _check_pair(q: torch.Tensor, k: torch.Tensor, cu_seqlens_q: torch.Tensor, cu
                          f"{k.dtype}, {k.shape[2]}, {cu_seqlens_k.numel() - 1} against {cu_seqlens_q.numel() - 1}")
 
 
-def _launch_pair(sides: list[_Side], block: int, hadamard: bool, fmt: OperandFormat, scores: bool = False,
+def _launch_pair(sides: list[_Side], block: int, hadamard: bool, fmt: OperandFormat, scores: int = 0,
                  fp4: bool = False) -> None:
     """Q's and K's sides (``_launch_operands``, transposed codes written) in one launch, or
     one each where a side has no tokens (a launch's operands each hold tokens)."""

@@ -38,19 +38,23 @@ def _rows(t0, end, h, H, UNIT: gl.constexpr, D: gl.constexpr, L: gl.constexpr):
 
 
 @gluon.jit
-def _store_columns(p_t, b_x, d0, o_c, m_c, h, T_t, D: gl.constexpr, PIECE: gl.constexpr, COLS: gl.constexpr):
+def _store_columns(p_t, b_x, d0, o_c, m_c, h, T_t, D: gl.constexpr, PIECE: gl.constexpr, COLS: gl.constexpr,
+                   FINITE: gl.constexpr):
     """Store the E4M3 codes of b_x [UNIT, C] fp32 (scaled, a token row per thread) as head-dim
     rows d0..d0+C of head h of the transposed codes [H, D, T_t], at columns o_c where m_c
     ([UNIT] each, in layout SliceLayout(0, COLS)), PIECE rows at a time: each piece goes
     through shared memory alone, so the moved values of the whole tile are never live at
-    once (fewer registers per thread, so more warps per SM)."""
+    once (fewer registers per thread, so more warps per SM). FINITE: b_x has no +-inf
+    (``inf_to_nan`` done), else each piece is made so."""
     UNIT: gl.constexpr = b_x.shape[0]
     C: gl.constexpr = b_x.shape[1]
     if C > PIECE:
         b_lo, b_hi = gl.split(gl.permute(gl.reshape(b_x, [UNIT, 2, C // 2]), [0, 2, 1]))  # [UNIT, C / 2] each
-        _store_columns(p_t, b_lo, d0, o_c, m_c, h, T_t, D, PIECE, COLS)
-        _store_columns(p_t, b_hi, d0 + C // 2, o_c, m_c, h, T_t, D, PIECE, COLS)
+        _store_columns(p_t, b_lo, d0, o_c, m_c, h, T_t, D, PIECE, COLS, FINITE)
+        _store_columns(p_t, b_hi, d0 + C // 2, o_c, m_c, h, T_t, D, PIECE, COLS, FINITE)
     else:
+        if not FINITE:
+            b_x = inf_to_nan(b_x)
         o_d = d0 + gl.arange(0, C, layout=gl.SliceLayout(1, COLS)).to(gl.int64)  # [C] head-dim rows
         # fp32 values move and round after: moved as fp8 or int8, the transposed codes come
         # back wrong (Triton 3.6's layout conversion through shared memory).
@@ -62,7 +66,7 @@ def _store_columns(p_t, b_x, d0, o_c, m_c, h, T_t, D: gl.constexpr, PIECE: gl.co
 @gluon.jit
 def _rotated_unit(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_work, width, T_t, H, h, num_docs,
                   inv_sqrt_d, D: gl.constexpr, UNIT: gl.constexpr, BLOCK: gl.constexpr, HADAMARD_STAGES: gl.constexpr,
-                  T_ALIGN: gl.constexpr, PARTS: gl.constexpr):
+                  T_ALIGN: gl.constexpr, PARTS: gl.constexpr, ROW_BF16: gl.constexpr):
     """This program's unit of head h (int64) of one operand."""
     # [UNIT, D]: a token row per thread, for the butterflies. LOAD and STORE: 16 bytes per
     # thread, consecutive threads along a row, so each warp reads and writes whole rows at once
@@ -90,17 +94,22 @@ def _rotated_unit(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_w
     b_x = gl.convert_layout(gl.load(p_x + o_x, mask=m_x, other=0.0), ROWS)  # [UNIT, D]
     b_x = rotate(b_x.to(gl.float32), inv_sqrt_d, HADAMARD_STAGES)
     b_e = gl.convert_layout(block_exponents(b_x, BLOCK), gl.SliceLayout(1, ROWS))  # [UNIT]
-    b_scaled = inf_to_nan(b_x * pow2(-b_e)[:, None])  # [UNIT, D]
+    b_scaled = b_x * pow2(-b_e)[:, None]  # [UNIT, D]
+    if not ROW_BF16:  # E4M3 codes everywhere; BF16 row codes keep an Inf, as torch's cast does
+        b_scaled = inf_to_nan(b_scaled)
     # [UNIT] this unit's columns of codes_t, valid up to its document's next multiple of T_ALIGN
     o_c, m_c = unit_columns(cu_seqlens_t, doc, (end - start).to(gl.int32),
                             unit * UNIT + gl.arange(0, UNIT, layout=gl.SliceLayout(0, COLS)), T_ALIGN)
     # The transposed codes first, while b_scaled is live anyway: then the row codes' layout
     # change does not hold b_scaled and the moved values together.
-    _store_columns(p_codes_t, b_scaled, 0, o_c, m_c, h, T_t, D, D // PARTS, COLS)
-    # The codes change layout as int8: as fp8, a layout change returned wrong codes.
-    b_c = gl.convert_layout(to_e4m3(b_scaled, False).to(gl.int8, bitcast=True), STORE)
+    _store_columns(p_codes_t, b_scaled, 0, o_c, m_c, h, T_t, D, D // PARTS, COLS, not ROW_BF16)
     o_x, m_x = _rows(start + unit * UNIT, end, h, H, UNIT, D, STORE)
-    gl.store(p_codes + o_x, b_c.to(gl.float8e4nv, bitcast=True), mask=m_x)
+    if ROW_BF16:  # bf16_scores: the row codes are S's BF16 codes (quantize._quantize_unit's SCORES 2)
+        gl.store(p_codes + o_x, gl.convert_layout(b_scaled.to(gl.bfloat16), STORE), mask=m_x)
+    else:
+        # The codes change layout as int8: as fp8, a layout change returned wrong codes.
+        b_c = gl.convert_layout(to_e4m3(b_scaled, False).to(gl.int8, bitcast=True), STORE)
+        gl.store(p_codes + o_x, b_c.to(gl.float8e4nv, bitcast=True), mask=m_x)
     o_t = start + unit * UNIT + gl.arange(0, UNIT, layout=gl.SliceLayout(1, ROWS))  # [UNIT] packed rows
     gl.store(p_exps + o_t * H + h, b_e.to(gl.int8), mask=o_t < end)
 
@@ -110,15 +119,16 @@ def rotated_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqle
                            p_x2, p_codes2, p_codes_t2, p_exps2, cu_seqlens2, cu_seqlens_t2, p_work2, width2, T_t2, H2,
                            num_docs, inv_sqrt_d, D: gl.constexpr, UNIT: gl.constexpr, BLOCK: gl.constexpr,
                            HADAMARD_STAGES: gl.constexpr, T_ALIGN: gl.constexpr, PARTS: gl.constexpr,
-                           PAIR: gl.constexpr):
+                           PAIR: gl.constexpr, ROW_BF16: gl.constexpr):
     """Program ((document, unit), head), UNIT = 32 * num_warps tokens: the arguments and the
     outputs of ``quantize._quantize_operand_kernel`` with the rotation on and the transposed
     codes written (PAIR: heads H.. quantize the second operand); PARTS: the transposed codes
-    leave in PARTS pieces of D / PARTS head-dim rows (``_store_columns``)."""
+    leave in PARTS pieces of D / PARTS head-dim rows (``_store_columns``); ROW_BF16: the row
+    codes are BF16 codes on the same exponents (``Recipe.bf16_scores``), the rest E4M3."""
     h = gl.program_id(1).to(gl.int64)
     if PAIR and h >= H:
         _rotated_unit(p_x2, p_codes2, p_codes_t2, p_exps2, cu_seqlens2, cu_seqlens_t2, p_work2, width2, T_t2, H2,
-                      h - H, num_docs, inv_sqrt_d, D, UNIT, BLOCK, HADAMARD_STAGES, T_ALIGN, PARTS)
+                      h - H, num_docs, inv_sqrt_d, D, UNIT, BLOCK, HADAMARD_STAGES, T_ALIGN, PARTS, ROW_BF16)
     else:
         _rotated_unit(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_work, width, T_t, H, h, num_docs,
-                      inv_sqrt_d, D, UNIT, BLOCK, HADAMARD_STAGES, T_ALIGN, PARTS)
+                      inv_sqrt_d, D, UNIT, BLOCK, HADAMARD_STAGES, T_ALIGN, PARTS, ROW_BF16)
