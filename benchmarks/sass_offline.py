@@ -2,7 +2,7 @@
 without a GPU, and read its SASS: registers, spills, shared memory, FP8 and BF16 wgmma (QGMMA, HGMMA) counts, and the instruction mix
 of each kernel's step loop. Device time is scarce; instruction counts are not.
 
-    PYTHONPATH=. python3 benchmarks/sass_offline.py [--workload eq8x8k] [--recipe mxfp8] [--bf16-scores]
+    PYTHONPATH=. python3 benchmarks/sass_offline.py [--workload eq8x8k] [--recipe mxfp8] [--bf16-scores] [--options JSON]
                                                     [--kernels REGEX] [--forward-only] [--out FILE]
 
 How: a first process runs the training call on the CPU under TRITON_INTERPRET=1 with every
@@ -33,12 +33,12 @@ _MMA = ("QGMMA", "HGMMA", "HMMA")
 
 
 def capture(workload: str, recipe: str, backward: bool = True, tiles: dict | None = None,
-            bf16_scores: bool = False) -> list[dict]:
+            options: dict | None = None) -> list[dict]:
     """Every kernel launch of one training call (forward + backward, or the forward alone) on
     ``workload``'s shapes, as {kernel, module, grid, args: [{kind, ...}], kwargs}; the kernels
     do not run. tiles: ``AttnTiles`` fields to change for the recipe's codes at the workload's
-    head dim (a candidate's shared memory and registers before any device time); bf16_scores:
-    the recipe with that option (``Recipe.bf16_scores``)."""
+    head dim (a candidate's shared memory and registers before any device time); options:
+    ``Recipe`` fields to change (e.g. ``{"bf16_scores": True}``)."""
     os.environ["TRITON_INTERPRET"] = "1"
     import torch
     import triton.language as tl
@@ -84,7 +84,7 @@ def capture(workload: str, recipe: str, backward: bool = True, tiles: dict | Non
     GluonJITFunction.run = record
     quantize.interpreting = attn_fwd.interpreting = attn_bwd.interpreting = lambda: False
     i = make_case(WORKLOADS[workload], "cpu").inputs
-    recipe = resolve_recipe(recipe).with_(bf16_scores=True) if bf16_scores else resolve_recipe(recipe)
+    recipe = resolve_recipe(recipe).with_(**(options or {}))
     if tiles:
         from dataclasses import replace
 
@@ -248,6 +248,7 @@ def main(argv=None) -> int:
     ap.add_argument("--workload", default="eq8x8k")
     ap.add_argument("--recipe", default="mxfp8", help="a recipe the triton backend runs (mxfp8, bf16, nvfp4, fp4)")
     ap.add_argument("--bf16-scores", action="store_true", help="the recipe with bf16_scores (mxfp8, nvfp4)")
+    ap.add_argument("--options", default="{}", help="Recipe fields to change, as JSON, e.g. '{\"p_sum_codes\": true}'")
     ap.add_argument("--kernels", default=".", help="regex on kernel names")
     ap.add_argument("--forward-only", action="store_true", help="the forward's launches alone")
     ap.add_argument("--tiles", default="{}", help="AttnTiles fields to change for the recipe at the workload's "
@@ -255,8 +256,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="also write the report as JSON here")
     ap.add_argument("--capture", action="store_true", help=argparse.SUPPRESS)  # the first process
     args = ap.parse_args(argv)
+    options = {**json.loads(args.options), **({"bf16_scores": True} if args.bf16_scores else {})}
     if args.capture:
-        json.dump(capture(args.workload, args.recipe, not args.forward_only, json.loads(args.tiles), args.bf16_scores),
+        json.dump(capture(args.workload, args.recipe, not args.forward_only, json.loads(args.tiles), options),
                   sys.stdout)
         return 0
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
@@ -265,8 +267,8 @@ def main(argv=None) -> int:
         return subprocess.run([sys.executable, __file__, *(sys.argv[1:] if argv is None else argv)], env=env).returncode
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     recorded = subprocess.run([sys.executable, __file__, "--capture", "--workload", args.workload, "--recipe",
-                               args.recipe, "--tiles", args.tiles] + ["--forward-only"] * args.forward_only
-                              + ["--bf16-scores"] * args.bf16_scores, env=env,
+                               args.recipe, "--tiles", args.tiles, "--options", json.dumps(options)]
+                              + ["--forward-only"] * args.forward_only, env=env,
                               capture_output=True, text=True, check=True).stdout
     report, seen = {}, {}
     for launch in json.loads(recorded):
@@ -288,7 +290,7 @@ def main(argv=None) -> int:
                   f"{step['straight']['instructions']} on its straight path (forward branches taken): "
                   + ", ".join(f"{op} {n}" for op, n in list(step["straight"]["opcodes"].items())[:24]), flush=True)
     if args.out:
-        json.dump({"workload": args.workload, "recipe": args.recipe, "bf16_scores": args.bf16_scores, "kernels": report},
+        json.dump({"workload": args.workload, "recipe": args.recipe, "options": options, "kernels": report},
                   open(args.out, "w"), indent=1)
     return 0
 

@@ -3,7 +3,7 @@
 #
 #   experiments/runs.sh [PROFILE] [RUN ...]       # from the repository root
 #
-# PROFILE: smoke (default), small, small-sumq, paper or paper-sumq. RUNs: default all fourteen, in the order below.
+# PROFILE: smoke (default), small, small-sumq, paper or paper-sumq. RUNs: default all seventeen, in the order below.
 # Environment:
 #   BUDGET   seconds this call may take in all (default 540: a 600 s call keeps a minute spare)
 #   GPUS     the GPU indices to use, e.g. "0" or "0 1" (default: all that nvidia-smi lists)
@@ -31,7 +31,7 @@ profile=${1:-smoke}
 shift || true
 runs=("$@")
 [ ${#runs[@]} -gt 0 ] || runs=(bf16 mxfp8 nvfp4 fp4 leak per_tensor mm_prepr mm_diag mm_exp mxfp8_bf16s nvfp4_bf16s mm_prepr_bf16s
-                                 mm_diag_bf16s mm_exp_bf16s)
+                                 mm_diag_bf16s mm_exp_bf16s mxfp8_sumc mxfp8_bf16s_sumc nvfp4_bf16s_sumc)
 budget=${BUDGET:-540}
 read -r -a gpus <<< "${GPUS:-$(seq -s ' ' 0 $(( $( (nvidia-smi -L 2>/dev/null || true) | wc -l) - 1 )))}"
 [ ${#gpus[@]} -gt 0 ] || gpus=(0)

@@ -40,8 +40,7 @@ class Recipe:
     bf16_scores: (mxfp8, nvfp4) S = Q K^T from BF16 codes of Q and K on the token blocks'
         exponents instead of their E4M3 codes (mxfp8) or NVFP4 values (nvfp4); P, V, dO, G and
         dQ's and dK's Q and K stay as the route has them. E4M3 and NVFP4 scores lose dQ and
-        dK once a trained model's attention sharpens (experiments/README.md, paper profile);
-        BF16 ones keep them.
+        dK where attention is sharp (experiments/logit_scale.py); BF16 ones keep them.
     stochastic_grad: round G (dS) to E2M1 stochastically on the all-4-bit route, from
         counter-based random bits of the call's seed (NUMERICS.md 6); None = the default (on
         for fp4, the paper's all-4-bit route; the other routes' G is not 4-bit).
@@ -50,6 +49,11 @@ class Recipe:
         on 4-bit tiles, so the weights O uses sum to one and the backward's dS sums to zero
         per row (experiments/README.md: plain nvfp4 diverged in the small profile, nvfp4
         with this option trained like BF16; fp4 diverged either way).
+    Candidate default (E4M3 P routes mxfp8, nvfp4, fp4; the kernels run it too):
+    p_sum_codes: the row sum l adds the values of the P codes that P.V uses, without the V
+        fold (P^ / (vf rf)), on every tile, instead of p: O divides by the sum of the weights
+        it used, so the backward's dS sums to zero per row (NUMERICS.md 3b). mxfp8 diverged
+        at the paper's size without it, with BF16 scores too, and tracked BF16 with it.
     """
 
     name: str = "mxfp8"
@@ -64,6 +68,7 @@ class Recipe:
     fwd_diag_block_m: int | None = None
     fwd_approx_exp: bool = False
     p4_sum_quantized: bool = False
+    p_sum_codes: bool = False
     stochastic_grad: bool | None = None
     bf16_scores: bool = False
 
@@ -82,6 +87,9 @@ class Recipe:
             raise ValueError(f"recipe: fwd_diag_block_m must be a positive multiple of 32, got {self.fwd_diag_block_m}")
         if self.p4_sum_quantized and not self.has_p4:
             raise ValueError(f"recipe: p4_sum_quantized needs a 4-bit P route {P4_RECIPE_NAMES}, got {self.name!r}")
+        if self.p_sum_codes and (self.name not in P4_RECIPE_NAMES + ("mxfp8",) or self.p4_sum_quantized):
+            raise ValueError(f"recipe: p_sum_codes needs E4M3 P codes ('mxfp8', 'nvfp4' or 'fp4') and replaces "
+                             f"p4_sum_quantized, got {self.name!r} with p4_sum_quantized={self.p4_sum_quantized}")
         if self.stochastic_grad and self.name != "fp4":
             raise ValueError(f"recipe: stochastic_grad needs the all-4-bit route 'fp4' (only its G is E2M1), "
                              f"got {self.name!r}")

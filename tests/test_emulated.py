@@ -166,3 +166,32 @@ def test_bf16_scores_is_an_option_of_the_token_block_routes_the_kernels_run():
         assert _kernel_recipe(Recipe("nvfp4", bf16_scores=True, **flags)) is None
     assert _kernel_recipe(Recipe("mxfp8", bf16_scores=True, fwd_approx_exp=True)) is None
     assert "ablation" in _kernel_recipe(Recipe("mxfp8", bf16_scores=True, per_tensor_scales=True))
+
+
+@pytest.mark.parametrize("name", ["mxfp8", "nvfp4", "fp4"])
+def test_p_sum_codes_makes_the_used_weights_sum_to_one(name):
+    """With V = 1 every output channel is the sum of the weights O used. By default l sums the
+    unquantized p, so a row's used weights miss 1 by its P codes' rounding (E4M3's 3 mantissa
+    bits on a row's few large weights, flushed small ones); with ``p_sum_codes`` they sum to 1
+    (to bf16), on every recipe with E4M3 P codes."""
+    from flamia.workload import make_packed_inputs
+
+    inputs = make_packed_inputs((300, 77, 1), heads_q=2, head_dim=64, seed=1)
+    ones = torch.ones_like(inputs.v)
+    args = (inputs.q, inputs.k, ones, inputs.cu_seqlens, inputs.cu_seqlens, inputs.max_seqlen, inputs.max_seqlen)
+    default = emulated_attention(*args, causal=True, recipe=Recipe(name)).float()
+    summed = emulated_attention(*args, causal=True, recipe=Recipe(name, p_sum_codes=True)).float()
+    assert (default - 1).abs().max() > 0.01
+    assert torch.equal(summed, torch.ones_like(summed))
+
+
+def test_p_sum_codes_is_an_option_of_the_e4m3_p_routes_the_kernels_run():
+    from flamia.validation import _kernel_recipe
+
+    for name, flags in (("bf16", {}), ("nvfp4", dict(p4_sum_quantized=True))):
+        with pytest.raises(ValueError, match="^recipe: p_sum_codes needs E4M3 P codes"):
+            Recipe(name, p_sum_codes=True, **flags)
+    for name in ("mxfp8", "nvfp4", "fp4"):
+        assert _kernel_recipe(Recipe(name, p_sum_codes=True)) is None
+        assert Recipe.from_key(Recipe(name, p_sum_codes=True).key).p_sum_codes
+    assert _kernel_recipe(Recipe("nvfp4", bf16_scores=True, p_sum_codes=True)) is None

@@ -16,7 +16,7 @@ import triton.language as tl
 from flamia.kernels.attn_fwd import attention_forward
 from flamia.kernels.bwd_math import forward_diagonal
 from flamia.kernels.fwd_math import diagonal_tile
-from flamia.kernels.configs import ROUTES, AttnTiles, p4_mode, tiles_for
+from flamia.kernels.configs import ROUTES, AttnTiles, p4_mode, row_sum_mode, tiles_for
 from flamia.kernels.layout import aligned_starts, transposed_extent, transposed_reference
 from flamia.reference.emulated import emulate_forward
 
@@ -73,7 +73,7 @@ def launch(fwd):
                              causal=sp.causal, window_size=sp.window_size,
                              softmax_scale=sp.softmax_scale, tau=sp.recipe.tau, sigma=sp.recipe.sigma,
                              scale_block=sp.recipe.scale_block, tiles=fwd.tiles, p4=p4_mode(sp.recipe, forward=True),
-                             p4_sum=sp.recipe.p4_sum_quantized, diag_block_m=sp.recipe.fwd_diag_block_m,
+                             row_sum=row_sum_mode(sp.recipe), diag_block_m=sp.recipe.fwd_diag_block_m,
                              approx_exp=sp.recipe.fwd_approx_exp, v_codes_t_diag=vtd)
 
 
@@ -226,6 +226,19 @@ def test_forward_matches_emulator_nvfp4_options(name, changes):
     assert_matches(got, fwd)
 
 
+@pytest.mark.parametrize("recipe", ["mxfp8", "nvfp4", "fp4"])
+@pytest.mark.parametrize("name", ["causal-gqa-d64", "causal-window", "two-sided-window"])
+def test_forward_matches_emulator_p_sum_codes(name, recipe):
+    """p_sum_codes: l adds the values of the P codes without the V fold, on every tile (E4M3
+    and 4-bit P alike)."""
+    from flamia.recipes import Recipe
+
+    lens_q, lens_k, heads, d, causal, window, (bm, bn) = CASES[name]
+    got, fwd = run_both(lens_q, lens_k or lens_q, heads, d, causal, window, tiles(bm, max(bn, 32)), seed=len(name),
+                        recipe=Recipe(recipe, p_sum_codes=True))
+    assert_matches(got, fwd)
+
+
 @pytest.mark.parametrize("recipe", ["mxfp8", "nvfp4"])
 @pytest.mark.parametrize("name", ["causal-gqa-d64", "two-sided-window", "causal-lq-ne-lk"])
 def test_forward_matches_emulator_approx_exp(name, recipe):
@@ -304,12 +317,13 @@ def test_gluon_forward_equals_triton_per_token_exponents(recipe):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("name, changes", [
     ("nvfp4", dict(fwd_diag_block_m=256)), ("nvfp4", dict(p4_scale_before_mask=True, p4_sum_quantized=True)),
-    ("nvfp4", dict(p4_sum_quantized=True)), ("mxfp8", dict(fwd_approx_exp=True)), ("nvfp4", dict(fwd_approx_exp=True))],
-    ids=["wider-diagonal", "leaking", "sum-quantized", "approx-exp", "approx-exp-nvfp4"])
+    ("nvfp4", dict(p4_sum_quantized=True)), ("mxfp8", dict(fwd_approx_exp=True)), ("nvfp4", dict(fwd_approx_exp=True)),
+    ("mxfp8", dict(p_sum_codes=True)), ("nvfp4", dict(p_sum_codes=True))],
+    ids=["wider-diagonal", "leaking", "sum-quantized", "approx-exp", "approx-exp-nvfp4", "sum-codes", "sum-codes-nvfp4"])
 def test_gluon_forward_equals_triton_options(name, changes):
     """The forward's recipe options: nvfp4's diagonal tiles decided over 256 query rows, 4-bit
     P on every tile with group maxima over masked keys (the leaking ablation), l over the
-    4-bit values; Schraudolph's exponential."""
+    4-bit values; Schraudolph's exponential; l over the codes' values (p_sum_codes)."""
     from flamia.recipes import Recipe
 
     assert_gluon_equals_triton(*GLUON_CASES["long-causal-gqa"], AttnTiles(), seed=6, recipe=Recipe(name, **changes))

@@ -13,15 +13,17 @@ from flamia.recipes import Recipe, resolve_recipe
 from flamia.spec import AttnSpec
 from flamia.workload import as_attention, make_packed_inputs, training_call
 
-# bf16_scores on both routes, and the training runs' mismatches on it (flamia.train's RUNS)
-BF16_SCORES = {"mxfp8-bf16s": Recipe("mxfp8", bf16_scores=True), "nvfp4-bf16s": Recipe("nvfp4", bf16_scores=True),
+# bf16_scores on both routes, the training runs' mismatches on it and p_sum_codes (flamia.train's RUNS)
+OPTIONS = {"mxfp8-bf16s": Recipe("mxfp8", bf16_scores=True), "nvfp4-bf16s": Recipe("nvfp4", bf16_scores=True),
                "nvfp4-bf16s-sumq": Recipe("nvfp4", bf16_scores=True, p4_sum_quantized=True),
                "nvfp4-bf16s-prepr": Recipe("nvfp4", bf16_scores=True, fwd_p4_bwd_p8=True),
-               "mxfp8-bf16s-exp": Recipe("mxfp8", bf16_scores=True, fwd_approx_exp=True)}
+               "mxfp8-bf16s-exp": Recipe("mxfp8", bf16_scores=True, fwd_approx_exp=True),
+               "mxfp8-sumc": Recipe("mxfp8", p_sum_codes=True),
+               "nvfp4-bf16s-sumc": Recipe("nvfp4", bf16_scores=True, p_sum_codes=True)}
 
 
 def _recipe_id(value):
-    return next((name for name, recipe in BF16_SCORES.items() if value == recipe), None)
+    return next((name for name, recipe in OPTIONS.items() if value == recipe), None)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's exact products; the GPU test covers CUDA")
@@ -30,7 +32,7 @@ def _recipe_id(value):
     ("bf16", 64, True, (-1, -1), torch.bfloat16), ("fp4", 64, True, (-1, -1), torch.bfloat16),
     ("fp4", 128, True, (20, 0), torch.bfloat16), ("fp4", 64, False, (-1, -1), torch.bfloat16),
     ("mxfp8", 64, True, (-1, -1), torch.float16),
-    *((recipe, d, True, (-1, -1), torch.bfloat16) for recipe in BF16_SCORES.values() for d in (64, 128))],
+    *((recipe, d, True, (-1, -1), torch.bfloat16) for recipe in OPTIONS.values() for d in (64, 128))],
     ids=_recipe_id)
 def test_interpreted_training_call_equals_emulator(recipe, head_dim, causal, window, dtype):
     """kernels/ops.py's forward and backward under the interpreter take 5 and 3 launches (each
@@ -67,8 +69,8 @@ def test_interpreted_training_call_equals_emulator(recipe, head_dim, causal, win
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("recipe", ["mxfp8", "bf16", "nvfp4", "fp4", BF16_SCORES["mxfp8-bf16s"],
-                                    BF16_SCORES["nvfp4-bf16s"]], ids=_recipe_id)
+@pytest.mark.parametrize("recipe", ["mxfp8", "bf16", "nvfp4", "fp4", OPTIONS["mxfp8-bf16s"], OPTIONS["mxfp8-sumc"],
+                                    OPTIONS["nvfp4-bf16s"]], ids=_recipe_id)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("lengths", [(1000, 333, 1, 77), (5, 1, 9)], ids=["packed", "tiny"])

@@ -280,14 +280,15 @@ def test_an_ablation_runs_through_the_emulator(corpus, tmp_path):
 
 def test_p4_sum_quantized_reaches_every_4bit_run_and_no_other():
     """The small-sumq and paper-sumq profiles set the option on the recipes with 4-bit P
-    (ablations included) and leave BF16 and the E4M3 recipes as they are."""
+    (ablations included) and leave BF16, the E4M3 recipes and those whose l comes from the
+    codes (p_sum_codes) as they are."""
     for base in ("small", "paper"):
         summed_cfg = make_config(f"{base}-sumq")
         assert summed_cfg.p4_sum_quantized
         assert replace(summed_cfg, profile=base, p4_sum_quantized=False) == make_config(base)
         for run, changed in (("nvfp4", True), ("fp4", True), ("leak", True), ("mm_diag", True),
                              ("nvfp4_bf16s", True), ("mxfp8", False), ("mm_exp", False), ("mxfp8_bf16s", False),
-                             ("bf16", False)):
+                             ("bf16", False), ("mxfp8_sumc", False), ("nvfp4_bf16s_sumc", False)):
             plain, summed = (run_spec(make_config(profile, run=run)).recipe for profile in (base, f"{base}-sumq"))
             assert (summed is not None and summed.p4_sum_quantized) == changed, (base, run)
             assert summed == (plain.with_(p4_sum_quantized=True) if changed else plain), (base, run)

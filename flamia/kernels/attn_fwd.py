@@ -41,7 +41,7 @@ HEAD_DIMS = (64, 128)
 def _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k, p_vt, p_vtd, p_krec, k_lo, b_first, b_last,
                  n_k, n_vt, heads_kv, tk_t, diag, len_k,
                  TAU: tl.constexpr, D: tl.constexpr, BN: tl.constexpr, MASK: tl.constexpr,
-                 CODES: tl.constexpr, P4: tl.constexpr, P4_SUM: tl.constexpr, APPROX_EXP: tl.constexpr,
+                 CODES: tl.constexpr, P4: tl.constexpr, ROW_SUM: tl.constexpr, APPROX_EXP: tl.constexpr,
                  ALL4: tl.constexpr, INTERPRET: tl.constexpr):
     """One key tile, steps 1-7 of NUMERICS.md 3. p_k, p_vt, p_krec point at the
     document's first key (K^ row, V^T column, ``key_records``); k_lo: the tile's first key position
@@ -70,7 +70,7 @@ def _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k, p_vt, p_vtd, p_krec, k_l
     b_s = mma(b_q, tl.trans(b_k), tl.zeros([b_q.shape[0], BN], tl.float32), INTERPRET)  # [BM, BN]
     b_pq, b_alpha, b_l, b_m_new = scores_to_codes(b_s * b_kf[None, :], b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first,
                                                   b_last, TAU, MASK, CODES, INTERPRET, P4=P4, DIAG=diag,
-                                                  P4_SUM=P4_SUM, n_k=len_k, APPROX_EXP=APPROX_EXP)
+                                                  ROW_SUM=ROW_SUM, n_k=len_k, APPROX_EXP=APPROX_EXP)
     if CODES == tl.bfloat16:
         # BF16 MMAs accumulate in full fp32: P^ V^ adds into the rescaled acc inside the MMA.
         b_acc = mma(mma_token_order(b_pq, CODES), tl.trans(b_vt), b_acc * b_alpha[:, None], INTERPRET)
@@ -88,9 +88,9 @@ def _attn_fwd_kernel(p_q, p_qe, p_k, p_vt, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt
                      total_q, total_k, tk_t, heads_q, heads_kv, s2, window_left, window_right, p_vtd,
                      TAU: tl.constexpr, SIGMA: tl.constexpr, D: tl.constexpr,
                      BM: tl.constexpr, BN: tl.constexpr, CODES: tl.constexpr, P4: tl.constexpr,
-                     P4_SUM: tl.constexpr, DIAG_BM: tl.constexpr, APPROX_EXP: tl.constexpr,
+                     ROW_SUM: tl.constexpr, DIAG_BM: tl.constexpr, APPROX_EXP: tl.constexpr,
                      ALL4: tl.constexpr, INTERPRET: tl.constexpr):
-    """One ((document, query tile), query head) program; see the module docstring. P4, P4_SUM,
+    """One ((document, query tile), query head) program; see the module docstring. P4, ROW_SUM,
     APPROX_EXP: ``fwd_math.scores_to_codes``'; DIAG_BM: the query rows over which the 4-bit P decides
     diagonal tiles (BM, or a multiple: the ``fwd_diag_block_m`` ablation); ALL4, p_vtd:
     ``_attend_tile``'s (p_vtd None otherwise)."""
@@ -129,7 +129,7 @@ def _attn_fwd_kernel(p_q, p_qe, p_k, p_vt, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt
             b_acc, b_l, b_m = _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k_doc, p_vt_doc, p_vtd_doc,
                                            p_krec_doc, t * BN, b_first, b_last, total_k - k_start, tk_t - k_start_t,
                                            heads_kv, tk_t, diag, len_k,
-                                           TAU, D, BN, run != 1, CODES, P4, P4_SUM, APPROX_EXP, ALL4, INTERPRET)
+                                           TAU, D, BN, run != 1, CODES, P4, ROW_SUM, APPROX_EXP, ALL4, INTERPRET)
 
     b_ro, b_lse, b_m = finish_rows(b_l, b_m, b_pv, SIGMA)
     b_o = to_output(b_acc * b_ro[:, None], p_o.dtype.element_ty, INTERPRET)
@@ -143,7 +143,7 @@ def _attn_fwd_kernel(p_q, p_qe, p_k, p_vt, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt
 def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, cu_seqlens_q, cu_seqlens_k,
                       cu_seqlens_k_t, *, causal: bool, window_size: tuple[int, int], softmax_scale: float, tau: int,
                       sigma: int, scale_block: int, tiles: AttnTiles, key_rec: torch.Tensor | None = None,
-                      work: torch.Tensor | None = None, p4: int = 0, p4_sum: bool = False,
+                      work: torch.Tensor | None = None, p4: int = 0, row_sum: int = 0,
                       diag_block_m: int | None = None, approx_exp: bool = False,
                       v_codes_t_diag: torch.Tensor | None = None, out_dtype: torch.dtype = torch.bfloat16):
     """The forward on quantized operands (NUMERICS.md 3), in the codes' format: float8_e4m3fn
@@ -151,8 +151,8 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
     (NUMERICS.md 6) gives bfloat16 Q and K codes (NVFP4 values times 2^-2) beside E4M3 V
     codes, and p4 = 1: 4-bit P off the diagonal tiles, which diag_block_m query rows decide
     (None: ``tiles.fwd_block_m``; a multiple of it for the ``fwd_diag_block_m`` ablation); 2:
-    on every tile, its group maxima over masked keys too (``p4_scale_before_mask``); p4_sum:
-    l adds the 4-bit values (``p4_sum_quantized``); approx_exp: P from Schraudolph's
+    on every tile, its group maxima over masked keys too (``p4_scale_before_mask``); row_sum:
+    what l adds (``configs.row_sum_mode``); approx_exp: P from Schraudolph's
     exponential (``fwd_approx_exp``). The all-4-bit route (NUMERICS.md 6) gives bfloat16 codes
     throughout, every value with its scales folded in and every exponent 0, p4 = 3 (4-bit P on
     every tile) or 2, and v_codes_t_diag: V^T with one power-of-two scale per key, laid out as
@@ -224,7 +224,7 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
     rest = (key_rec, pv, cu_seqlens_q, cu_seqlens_k, cu_seqlens_k_t, work, work.shape[1], out, lse, m, ro,
             tq, tk, tk_t, hq, hkv, softmax_scale * LOG2E, wl, wr)
     common = dict(TAU=tau, SIGMA=sigma, D=d, BM=tiles.fwd_block_m, BN=tiles.fwd_block_n, CODES=fmt.codes, P4=p4,
-                  P4_SUM=p4_sum, DIAG_BM=diag_block_m, APPROX_EXP=approx_exp, num_warps=tiles.fwd_warps)
+                  ROW_SUM=row_sum, DIAG_BM=diag_block_m, APPROX_EXP=approx_exp, num_warps=tiles.fwd_warps)
     if tiles.fwd_gluon and not interpreting():
         q_desc, k_desc, vt_desc, vtd_desc = operand_descriptors(q_codes, k_codes, v_codes_t, tiles.fwd_block_m,
                                                                 tiles.fwd_block_n, v_codes_t_diag)

@@ -74,7 +74,7 @@ def attn_fwd_gluon_kernel(q_desc, p_qe, k_desc, vt_desc, p_krec, p_pv, p_cu_q, p
                           total_q, total_k, tk_t, heads_q, heads_kv, s2, window_left, window_right, vtd_desc,
                           TAU: gl.constexpr, SIGMA: gl.constexpr, D: gl.constexpr,
                           BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, SCALE_BLOCK: gl.constexpr,
-                          CODES: gl.constexpr, P4: gl.constexpr, P4_SUM: gl.constexpr, DIAG_BM: gl.constexpr,
+                          CODES: gl.constexpr, P4: gl.constexpr, ROW_SUM: gl.constexpr, DIAG_BM: gl.constexpr,
                           APPROX_EXP: gl.constexpr, SCORE_CODES: gl.constexpr, ALL4: gl.constexpr):
     """``attn_fwd._attn_fwd_kernel``'s arguments and outputs (BM = 64, 4 warps), with Q^, K^
     and V^T as TMA descriptors of their 2-D views [Tq, Hq D], [Tk, Hkv D], [Hkv D, Tk_t]
@@ -146,7 +146,7 @@ def attn_fwd_gluon_kernel(q_desc, p_qe, k_desc, vt_desc, p_krec, p_pv, p_cu_q, p
         diag = diagonal_tile(t, diag_i0, len_q, len_k, off, wl, wr, DIAG_BM, BN)
         b_pq, b_alpha, b_l, b_m = scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU,
                                                   (t < u_lo) | (t >= u_hi), CODES, False, relayout, ROW,
-                                                  P4, diag, S_L, P4_SUM, len_k, APPROX_EXP)
+                                                  P4, diag, S_L, ROW_SUM, len_k, APPROX_EXP)
         # E4M3: P^ V^ from zero, added in fp32; BF16: into the rescaled acc inside the MMA
         # (attn_fwd._attend_tile says why).
         b_pq = relayout(b_pq, SP_L)

@@ -11,7 +11,7 @@ import triton.language as tl
 
 from ..formats.bitexp import SCHRAUDOLPH_OFFSET
 from .fp4 import E2M1_EQ, E2M1_MQ, round_e2m1, round_int
-from .fp8 import pow2, scale_exponent, to_codes
+from .fp8 import code_grid, pow2, scale_exponent, to_codes
 from .layout import T_ALIGN
 
 LN2 = tl.constexpr(math.log(2.0))
@@ -146,7 +146,7 @@ def _row_tree(x, IS_MAX: tl.constexpr, LEAVES: tl.constexpr):
 def scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU: tl.constexpr, MASK,
                     CODES: tl.constexpr, INTERPRET: tl.constexpr, TO_ROWS: tl.constexpr = same_layout,
                     ROWS: tl.constexpr = None, P4: tl.constexpr = 0, DIAG=True, TILE: tl.constexpr = None,
-                    P4_SUM: tl.constexpr = False, n_k=0, APPROX_EXP: tl.constexpr = False):
+                    ROW_SUM: tl.constexpr = 0, n_k=0, APPROX_EXP: tl.constexpr = False):
     """NUMERICS.md 3's steps 1 (after the product) to 6 on one tile of key-scaled scores
     b_y = (Q^ K^T) * kf[None, :] [BM, BN] fp32 (the caller's multiply, so that a kernel may
     free the product's registers before its next product): the query factors, the mask
@@ -156,7 +156,8 @@ def scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU: 
     1 the mixed route's 4-bit P where DIAG (``diagonal_tile``) is false; 2 the leaking
     ablation's, on every tile with group maxima over the document's n_k keys, masked or not;
     3 the all-4-bit route's, on every tile.
-    P4_SUM: l adds the 4-bit values (``p4_sum_quantized``). APPROX_EXP: P from Schraudolph's
+    ROW_SUM (``configs.row_sum_mode``): l adds 0 p, 1 the 4-bit values (``p4_sum_quantized``),
+    2 the values of the codes without the V fold (``p_sum_codes``). APPROX_EXP: P from Schraudolph's
     exponential (``fwd_approx_exp``). TILE: b_y's layout for TO_ROWS (Gluon).
     Returns (P^ [BM, BN] in the operand format CODES, alpha [BM], l [BM], m [BM])."""
     # x = (S qf) kf of NUMERICS.md 3, in another order with the same bits: qf and kf are
@@ -176,7 +177,7 @@ def scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU: 
         b_p = schraudolph_exp2(tl.fma(b_y, b_qf[:, None], -b_m_ref[:, None]))  # [BM, BN]
     else:
         b_p = tl.exp2(tl.fma(b_y, b_qf[:, None], -b_m_ref[:, None]))  # [BM, BN]
-    if not P4_SUM:  # l adds p, before the V fold: summed here, p's registers go to the 4-bit P
+    if ROW_SUM == 0:  # l adds p, before the V fold: summed here, p's registers go to the 4-bit P
         b_l = b_l * b_alpha + TO_ROWS(tl.sum(_row_tree(b_p, False, 8), 1), ROWS)
     if P4 == 2:
         b_src = tl.fma(b_y_in, b_qf[:, None], -b_m_ref[:, None])  # x - m
@@ -188,9 +189,13 @@ def scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU: 
             b_p = p4_values(b_p, b_p, False, 1, TO_ROWS, TILE)
     elif P4 == 3:  # every tile; p is 0 on masked keys, so the group maxima see the visible ones
         b_p = p4_values(b_p, b_p, False, 1, TO_ROWS, TILE)
-    if P4_SUM:
+    if ROW_SUM == 1:
         b_l = b_l * b_alpha + TO_ROWS(tl.sum(_row_tree(b_p, False, 8), 1), ROWS)
     # (p vf) rf as the contract writes it: p (vf rf), the backward's order, gives the same codes
     # with one multiply per score fewer, but is no faster here (NUMERICS.md 4).
-    b_pq = to_codes((b_p * b_vf[None, :]) * b_rf[:, None], CODES, INTERPRET)  # [BM, BN]
+    b_pf = (b_p * b_vf[None, :]) * b_rf[:, None]  # [BM, BN]
+    if ROW_SUM == 2:  # the codes' values on the fp32 grid (exact), the V fold undone per key and row
+        b_used = code_grid(b_pf, CODES, INTERPRET) * tl.math.div_rn(1.0, b_vf)[None, :]  # [BM, BN]
+        b_l = b_l * b_alpha + TO_ROWS(tl.sum(_row_tree(b_used, False, 8), 1), ROWS) * tl.math.div_rn(1.0, b_rf)
+    b_pq = to_codes(b_pf, CODES, INTERPRET)  # [BM, BN]
     return b_pq, b_alpha, b_l, b_m_new

@@ -16,7 +16,7 @@ import torch
 from ..spec import AttnSpec
 from .attn_bwd import attention_backward
 from .attn_fwd import attention_forward
-from .configs import grad_mode, p4_mode, route_for, tiles_for
+from .configs import grad_mode, p4_mode, route_for, row_sum_mode, tiles_for
 from .layout import transposed_extent
 from .plan import build_plan, plan_layout
 from .prefix import prefix_v_exponent
@@ -113,7 +113,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         qq.codes, qq.exps, kq.codes, kq.exps, vq.codes_t, vq.exps, pv, spec.cu_seqlens_q, spec.cu_seqlens_k,
         vq.cu_seqlens_t, causal=spec.causal, window_size=spec.window_size,
         softmax_scale=spec.softmax_scale, tau=recipe.tau, sigma=recipe.sigma, scale_block=block, tiles=tiles,
-        key_rec=key_rec, work=plan.work("fwd"), p4=p4_mode(recipe, forward=True), p4_sum=recipe.p4_sum_quantized,
+        key_rec=key_rec, work=plan.work("fwd"), p4=p4_mode(recipe, forward=True), row_sum=row_sum_mode(recipe),
         diag_block_m=recipe.fwd_diag_block_m, approx_exp=recipe.fwd_approx_exp,
         v_codes_t_diag=vq.codes_t_diag if route.all4 else None, out_dtype=q.dtype)
     res = Residuals(qq.codes, qq.codes_t, qq.exps, kq.codes, kq.codes_t, kq.exps, vq.codes, vq.exps,

@@ -25,7 +25,7 @@ class RunSpec:
 RUNS = {
     "bf16": RunSpec("sdpa"),
     "mxfp8": RunSpec("flamia", Recipe("mxfp8")),
-    # Scores from BF16 codes of Q and K: E4M3 scores diverged at the paper's size.
+    # Scores from BF16 codes of Q and K, where E4M3's lose dQ and dK on sharp attention.
     "mxfp8_bf16s": RunSpec("flamia", Recipe("mxfp8", bf16_scores=True)),
     "nvfp4": RunSpec("flamia", Recipe("nvfp4")),
     "fp4": RunSpec("flamia", Recipe("fp4")),
@@ -36,12 +36,17 @@ RUNS = {
     "mm_prepr": RunSpec("flamia", Recipe("nvfp4", fwd_p4_bwd_p8=True)),
     "mm_diag": RunSpec("flamia", Recipe("nvfp4", fwd_diag_block_m=256)),
     "mm_exp": RunSpec("flamia", Recipe("mxfp8", fwd_approx_exp=True)),
-    # The same on BF16 scores: nvfp4 and mxfp8 diverged at the paper's size from their scores'
-    # precision, which left the mismatches there without a stable baseline.
+    # The same on BF16 scores, a candidate stable baseline for the mismatches (it was not:
+    # mxfp8_bf16s and nvfp4_bf16s diverged at the paper's size like mxfp8 and nvfp4).
     "nvfp4_bf16s": RunSpec("flamia", Recipe("nvfp4", bf16_scores=True)),
     "mm_prepr_bf16s": RunSpec("flamia", Recipe("nvfp4", fwd_p4_bwd_p8=True, bf16_scores=True)),
     "mm_diag_bf16s": RunSpec("flamia", Recipe("nvfp4", fwd_diag_block_m=256, bf16_scores=True)),
     "mm_exp_bf16s": RunSpec("flamia", Recipe("mxfp8", fwd_approx_exp=True, bf16_scores=True)),
+    # l from the P codes' values (NUMERICS.md 3b): a row's used weights that do not sum to
+    # one bias its dS on every tile.
+    "mxfp8_sumc": RunSpec("flamia", Recipe("mxfp8", p_sum_codes=True)),
+    "mxfp8_bf16s_sumc": RunSpec("flamia", Recipe("mxfp8", bf16_scores=True, p_sum_codes=True)),
+    "nvfp4_bf16s_sumc": RunSpec("flamia", Recipe("nvfp4", bf16_scores=True, p_sum_codes=True)),
 }
 # Each mismatch ablation and the consistent run it changes (the paper's second claim).
 MISMATCH_BASELINES = {"mm_prepr": "nvfp4", "mm_diag": "nvfp4", "mm_exp": "mxfp8", "mm_prepr_bf16s": "nvfp4_bf16s",
@@ -131,8 +136,9 @@ def make_config(profile: str = "smoke", **overrides) -> TrainConfig:
 
 def run_spec(cfg: TrainConfig) -> RunSpec:
     """The run's attention, with ``p4_sum_quantized`` set on its recipe when the config asks
-    for it and the recipe has 4-bit P (every nvfp4 and fp4 run, ablations included)."""
+    for it and the recipe has 4-bit P (every nvfp4 and fp4 run, ablations included) whose l
+    does not already come from its codes (``p_sum_codes``)."""
     spec = RUNS[cfg.run]
-    if cfg.p4_sum_quantized and spec.recipe is not None and spec.recipe.has_p4:
+    if cfg.p4_sum_quantized and spec.recipe is not None and spec.recipe.has_p4 and not spec.recipe.p_sum_codes:
         return RunSpec(spec.attn, spec.recipe.with_(p4_sum_quantized=True))
     return spec
