@@ -30,8 +30,8 @@ cd "$(dirname "$0")/.."
 profile=${1:-smoke}
 shift || true
 runs=("$@")
-[ ${#runs[@]} -gt 0 ] || runs=(bf16 mxfp8 nvfp4 fp4 leak per_tensor mm_prepr mm_diag mm_exp mxfp8_bf16s nvfp4_bf16s mm_prepr_bf16s
-                                 mm_diag_bf16s mm_exp_bf16s mxfp8_sumc mxfp8_bf16s_sumc nvfp4_bf16s_sumc)
+[ ${#runs[@]} -gt 0 ] || runs=(bf16 mxfp8 nvfp4 fp4 leak per_tensor mm_prepr mm_diag mm_exp mxfp8_bf16s nvfp4_bf16s mxfp8_sumc
+                                 mxfp8_bf16s_sumc nvfp4_sumc mm_prepr_sumc mm_diag_sumc mm_exp_sumc)
 budget=${BUDGET:-540}
 read -r -a gpus <<< "${GPUS:-$(seq -s ' ' 0 $(( $( (nvidia-smi -L 2>/dev/null || true) | wc -l) - 1 )))}"
 [ ${#gpus[@]} -gt 0 ] || gpus=(0)

@@ -13,13 +13,14 @@ from flamia.recipes import Recipe, resolve_recipe
 from flamia.spec import AttnSpec
 from flamia.workload import as_attention, make_packed_inputs, training_call
 
-# bf16_scores on both routes, the training runs' mismatches on it and p_sum_codes (flamia.train's RUNS)
+# bf16_scores on both routes, p_sum_codes, and the mismatch ablations' flags with each (flamia.train's RUNS)
 OPTIONS = {"mxfp8-bf16s": Recipe("mxfp8", bf16_scores=True), "nvfp4-bf16s": Recipe("nvfp4", bf16_scores=True),
                "nvfp4-bf16s-sumq": Recipe("nvfp4", bf16_scores=True, p4_sum_quantized=True),
                "nvfp4-bf16s-prepr": Recipe("nvfp4", bf16_scores=True, fwd_p4_bwd_p8=True),
                "mxfp8-bf16s-exp": Recipe("mxfp8", bf16_scores=True, fwd_approx_exp=True),
-               "mxfp8-sumc": Recipe("mxfp8", p_sum_codes=True),
-               "nvfp4-bf16s-sumc": Recipe("nvfp4", bf16_scores=True, p_sum_codes=True)}
+               "mxfp8-sumc": Recipe("mxfp8", p_sum_codes=True), "nvfp4-sumc": Recipe("nvfp4", p_sum_codes=True),
+               "nvfp4-sumc-prepr": Recipe("nvfp4", p_sum_codes=True, fwd_p4_bwd_p8=True),
+               "mxfp8-sumc-exp": Recipe("mxfp8", p_sum_codes=True, fwd_approx_exp=True)}
 
 
 def _recipe_id(value):

@@ -288,7 +288,7 @@ def test_p4_sum_quantized_reaches_every_4bit_run_and_no_other():
         assert replace(summed_cfg, profile=base, p4_sum_quantized=False) == make_config(base)
         for run, changed in (("nvfp4", True), ("fp4", True), ("leak", True), ("mm_diag", True),
                              ("nvfp4_bf16s", True), ("mxfp8", False), ("mm_exp", False), ("mxfp8_bf16s", False),
-                             ("bf16", False), ("mxfp8_sumc", False), ("nvfp4_bf16s_sumc", False)):
+                             ("bf16", False), ("mxfp8_sumc", False), ("nvfp4_sumc", False), ("mm_diag_sumc", False)):
             plain, summed = (run_spec(make_config(profile, run=run)).recipe for profile in (base, f"{base}-sumq"))
             assert (summed is not None and summed.p4_sum_quantized) == changed, (base, run)
             assert summed == (plain.with_(p4_sum_quantized=True) if changed else plain), (base, run)
