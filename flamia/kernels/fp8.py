@@ -65,6 +65,13 @@ def pow2(e):
 
 
 @triton.jit
+def pow2_reciprocal(x):
+    """Exact 1 / x of an fp32 power of two x = 2^e, e in [-126, 127], from its bits: the
+    exponent field E becomes 254 - E (one integer subtract instead of a division)."""
+    return (0x7F000000 - x.to(tl.int32, bitcast=True)).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def scale_exponent(amax, EQ: tl.constexpr, MQ: tl.constexpr):
     """Smallest e with amax * 2^-e <= qmax (qmax = (1 + MQ/2^23) * 2^EQ), clamped to
     [EXP_MIN, EXP_MAX]; int32. Integer arithmetic on amax's bits, as flamia.formats.scales."""

@@ -11,7 +11,7 @@ import triton.language as tl
 
 from ..formats.bitexp import SCHRAUDOLPH_OFFSET
 from .fp4 import E2M1_EQ, E2M1_MQ, round_e2m1, round_int
-from .fp8 import code_grid, pow2, scale_exponent, to_codes
+from .fp8 import code_grid, pow2, pow2_reciprocal, scale_exponent, to_codes
 from .layout import T_ALIGN
 
 LN2 = tl.constexpr(math.log(2.0))
@@ -194,8 +194,9 @@ def scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU: 
     # (p vf) rf as the contract writes it: p (vf rf), the backward's order, gives the same codes
     # with one multiply per score fewer, but is no faster here (NUMERICS.md 4).
     b_pf = (b_p * b_vf[None, :]) * b_rf[:, None]  # [BM, BN]
-    if ROW_SUM == 2:  # the codes' values on the fp32 grid (exact), the V fold undone per key and row
-        b_used = code_grid(b_pf, CODES, INTERPRET) * tl.math.div_rn(1.0, b_vf)[None, :]  # [BM, BN]
-        b_l = b_l * b_alpha + TO_ROWS(tl.sum(_row_tree(b_used, False, 8), 1), ROWS) * tl.math.div_rn(1.0, b_rf)
+    if ROW_SUM == 2:  # the codes' values in fp32 (exact), then the V fold undone per key and row
+        b_pf = code_grid(b_pf, CODES, INTERPRET)
+        b_used = b_pf * pow2_reciprocal(b_vf)[None, :]  # [BM, BN]
+        b_l = b_l * b_alpha + TO_ROWS(tl.sum(_row_tree(b_used, False, 8), 1), ROWS) * pow2_reciprocal(b_rf)
     b_pq = to_codes(b_pf, CODES, INTERPRET)  # [BM, BN]
     return b_pq, b_alpha, b_l, b_m_new
