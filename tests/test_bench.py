@@ -11,11 +11,12 @@ from flamia.bench import report, run
 from flamia.bench.flops import flops, tflops_per_s
 from flamia.bench.fp8 import quantize_per_tensor
 from flamia.bench.jobs import autograd_job, staged_job
-from flamia.bench.providers import Provider, registry, select_providers
+from flamia.bench.providers import Provider, flamia_recipe, registry, select_providers
 from flamia.bench.report import Record
 from flamia.bench.timing import Protocol, paired_rounds
 from flamia.bench.workloads import (BASES, GROUPS, WORKLOADS, log_uniform_lengths, select_workloads,
                                     shrink)
+from flamia.recipes import Recipe
 
 STATED = {  # name -> (documents, total tokens), as the issue and the paper state them
     "eq4x4k": (4, 16384), "eq8x8k": (8, 65536), "skew8k+32x256": (33, 16384),
@@ -157,6 +158,20 @@ def test_provider_rules_name_why_a_cell_is_na():
     assert nvfp4.unsupported(WORKLOADS["skew8k+32x256"], "train").startswith("emulated: timed where")
     assert nvfp4.unsupported(WORKLOADS["logu29-64k"], "fwd").startswith("emulated: timed where")
     assert all(nvfp4.unsupported(WORKLOADS[w], "train") is None for w in ("eq4x4k", "eq8x8k", "logu11-16k"))
+
+
+def test_flamia_recipes_with_flags_are_providers_of_their_own():
+    """"flamia:mxfp8+p_sum_codes" times the recipe with that option, on the base recipe's
+    backend, under a key and label of its own; an unknown flag names the argument."""
+    chosen = select_providers(registry(dry_run=True), "flamia:mxfp8,flamia:mxfp8+p_sum_codes+bf16_scores")
+    assert [(p.key, p.label, p.emulated) for p in chosen] == [
+        ("flamia:mxfp8", "flamia MXFP8 (emulated)", True),
+        ("flamia:mxfp8+p_sum_codes+bf16_scores", "flamia MXFP8+p_sum_codes+bf16_scores (emulated)", True)]
+    assert flamia_recipe("nvfp4+p_sum_codes") == Recipe("nvfp4", p_sum_codes=True)
+    with pytest.raises(ValueError, match="^--providers: 'mxfp8\\+sharp' switches on \\['sharp'\\]"):
+        select_providers(registry(), "flamia:mxfp8+sharp")
+    with pytest.raises(ValueError, match="^recipe: p_sum_codes needs E4M3 P codes"):
+        select_providers(registry(), "flamia:bf16+p_sum_codes")
 
 
 def test_per_tensor_fp8_scale_is_a_power_of_two_filling_e4m3():

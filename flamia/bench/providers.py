@@ -6,17 +6,18 @@ installed. Peers from the two wheel bundles (shared/wheels/README.md) report "no
 installed" until their bundle is on the path, so every table keeps every column.
 
 Keys are "name:recipe" (e.g. "cudnn:fp8"); ``select_providers`` also takes a bare name for
-all recipes of a provider.
+all recipes of a provider, and flamia's recipes with boolean Recipe fields switched on
+("flamia:mxfp8+p_sum_codes").
 """
 import functools
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Callable
 
 import torch
 
 from ..api import flash_attn_varlen_func
-from ..recipes import RECIPE_NAMES
+from ..recipes import RECIPE_NAMES, Recipe, resolve_recipe
 from ..validation import KERNEL_RECIPES
 from .jobs import autograd_job
 from .peers_cudnn import cudnn_bf16_job, cudnn_fp8_job
@@ -129,23 +130,37 @@ def _flash_sdp() -> "str | None":
     return None if built else "torch built without FlashAttention"
 
 
+_RECIPE_FLAGS = tuple(f.name for f in fields(Recipe) if f.type in (bool, "bool"))
+
+
+def flamia_recipe(spec: str) -> Recipe:
+    """A named recipe with boolean fields switched on: "mxfp8+p_sum_codes+bf16_scores"."""
+    name, *flags = spec.split("+")
+    unknown = [f for f in flags if f not in _RECIPE_FLAGS]
+    if unknown:
+        raise ValueError(f"--providers: {spec!r} switches on {unknown}; the Recipe flags are {list(_RECIPE_FLAGS)}")
+    return resolve_recipe(name).with_(**dict.fromkeys(flags, True))
+
+
 def _flamia(recipe: str, backend: str) -> Provider:
-    """flamia.flash_attn_varlen_func with ``recipe`` on ``backend``; the reference backend
-    is the tile-faithful emulator, so its times are labelled emulated."""
+    """flamia.flash_attn_varlen_func with ``recipe`` (``flamia_recipe``) on ``backend``; the
+    reference backend is the tile-faithful emulator, so its times are labelled emulated."""
+    resolved = flamia_recipe(recipe)
 
     def build(case: Case, mode: str) -> Job:
         i = case.inputs
 
         def attention(q, k, v):
             return flash_attn_varlen_func(q, k, v, i.cu_seqlens, i.cu_seqlens, i.max_seqlen, i.max_seqlen,
-                                          causal=case.workload.causal, recipe=recipe, backend=backend)
+                                          causal=case.workload.causal, recipe=resolved, backend=backend)
 
         return autograd_job(attention, i, mode)
 
     emulated = backend == "reference"
-    suffix = "" if not emulated else (" (emulated)" if recipe in ("mxfp8", "bf16") else " (emulated on Hopper)")
+    suffix = "" if not emulated else (" (emulated)" if resolved.name in ("mxfp8", "bf16") else " (emulated on Hopper)")
     rules = (emulator_size("emulated: timed where documents x longest^2 <= 2^30 (the emulator pads to the longest)"),)
-    return Provider("flamia", recipe, f"flamia {recipe.upper()}{suffix}", build,
+    name, *flags = recipe.split("+")
+    return Provider("flamia", recipe, f"flamia {name.upper()}{''.join('+' + f for f in flags)}{suffix}", build,
                     _requires(_cuda) if backend == "triton" else _requires(),
                     rules=rules if emulated else (),
                     eager_why="the emulator synchronises with the host" if emulated else None,
@@ -191,6 +206,10 @@ def select_providers(providers: tuple[Provider, ...], spec: str) -> list[Provide
     tokens = [t.strip() for t in spec.split(",") if t.strip()]
     if tokens == ["all"]:
         return list(providers)
+    base = {p.key: p for p in providers}
+    variants = tuple(_flamia(t.split(":", 1)[1], "reference" if base[t.split("+")[0]].emulated else "triton")
+                     for t in tokens if "+" in t and t.split("+")[0] in base and t.startswith("flamia:"))
+    providers = providers + variants
     known = {p.key for p in providers} | {p.name for p in providers}
     unknown = [t for t in tokens if t not in known]
     if unknown or not tokens:
