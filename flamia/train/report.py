@@ -143,12 +143,14 @@ def claims_section(docs: list[dict]) -> str:
 def plot_metric(docs: list[dict], keys: tuple[str, ...], ylabel: str, path: Path, log: bool = False) -> Path:
     """One line per run and key (the first key solid, the others dashed), against the step."""
     fig, ax = plt.subplots(figsize=(8, 5))
+    # tab10's colours repeat from the 11th run on: tab20 then keeps every run its own
+    colors = plt.get_cmap("tab10" if len(docs) <= 10 else "tab20")
     for i, doc in enumerate(docs):
         steps = [r["step"] for r in doc["records"]]
         for key, style in zip(keys, ("-", "--")):
             label = doc["run"] if key == keys[0] else None
             values = [r[key] for r in doc["records"]]
-            ax.plot(steps, values, style, color=f"C{i % 10}", marker=".", label=label)
+            ax.plot(steps, values, style, color=colors(i % colors.N), marker=".", label=label)
     if len(keys) > 1:
         ax.plot([], [], "k-", label=keys[0])
         ax.plot([], [], "k--", label=keys[1])
