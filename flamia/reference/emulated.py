@@ -198,10 +198,7 @@ def _forward(q, k, v, spec: AttnSpec, tiles: NumericsTiles, record_p: bool = Fal
         alpha = torch.where(m_new == float("-inf"), torch.ones_like(m), torch.exp2(m - m_new))
         p = num.exp2(x - _finite(m_new)[..., None], forward=True)
         pq = num.p_values(p, scores, m_new, r.vf[:, :, k0:k1], r.rf, tile, forward=True)
-        if recipe.p_sum_codes:  # the weights P.V uses: the codes without the V fold
-            l = l * alpha + (pq * (1.0 / r.vf[:, :, None, k0:k1])).sum(-1) * (1.0 / r.rf)
-        else:
-            l = l * alpha + num.row_mass(p, scores, m_new, tile)
+        l = l * alpha + num.row_mass(p, pq, scores, m_new, r.vf[:, :, k0:k1], r.rf, tile)
         pv_tile = _on_diagonal(lambda c: pq @ c[:, :, k0:k1], r.vc, v_diag,
                                lambda: tile.diagonal(tiles.fwd_block_m, tiles.fwd_block_n)[..., :1])
         acc = acc * alpha[..., None] + pv_tile

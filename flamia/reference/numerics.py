@@ -65,9 +65,13 @@ class Numerics:
             return schraudolph_exp2(x)
         return torch.exp2(x)
 
-    def row_mass(self, p, x, m, tile) -> torch.Tensor:
-        """What a key tile adds to the forward's row sum l: rowsum(p) [B, H, Lq], from the
-        fp32 probabilities before the V fold (NUMERICS.md 3, step 5)."""
+    def row_mass(self, p, pq, x, m, vf, rf, tile) -> torch.Tensor:
+        """What a key tile adds to the forward's row sum l [B, H, Lq] (NUMERICS.md 3, step 5):
+        rowsum(p), the fp32 probabilities before the V fold; with ``p_sum_codes`` the values
+        of the P codes pq [B, H, Lq, N] that P.V uses, without the V fold (3b). vf [B, H, N],
+        rf [B, H, Lq]: the fold's factors; x, m, tile: as ``p_values`` takes them."""
+        if self.recipe.p_sum_codes:
+            return (pq * (1.0 / vf[:, :, None, :])).sum(-1) * (1.0 / rf)
         return p.sum(-1)
 
     def p_values(self, p, x, m, vf, rf, tile, forward: bool) -> torch.Tensor:

@@ -66,11 +66,11 @@ class Nvfp4Numerics(Numerics):
         subnormal grid rounds it as it rounds E4M3 P."""
         return self.round_p(y)
 
-    def row_mass(self, p, x, m, tile):
+    def row_mass(self, p, pq, x, m, vf, rf, tile):
         """With ``p4_sum_quantized``, the 4-bit values (before the exact V fold) on 4-bit
         pairs: O then divides by the sum of the weights it used."""
         if not self.recipe.p4_sum_quantized:
-            return super().row_mass(p, x, m, tile)
+            return super().row_mass(p, pq, x, m, vf, rf, tile)
         p4 = self.quantize_p4(p, x, m, tile, forward=True)
         pairs = self.p4_pairs(tile, forward=True)
         return (p4 if pairs is None else torch.where(pairs, p4, p)).sum(-1)
