@@ -34,9 +34,9 @@ from .configs import BF16, E4M3, SUPPORTED_HEAD_DIMS, AttnTiles, format_of
 from .attn_dkdv_gluon import dkdv_descriptors, dkdv_gluon_kernel, query_record_layout
 from .attn_dq_gluon import dq_descriptors, dq_gluon_kernel
 from .bwd_math import (doc_bounds, forward_diagonal, grad_scores, grad_words, masked_step, query_factors,
-                       reciprocal_pow2, row_scaled_codes, step_range, store_dq)
+                       row_scaled_codes, step_range, store_dq)
 from .fp4 import e2m1_grad
-from .fp8 import interpreting, maybe_masked_load, mma, mul_rn, pow2, to_codes, to_output
+from .fp8 import interpreting, maybe_masked_load, mma, mul_rn, pow2, pow2_reciprocal, to_codes, to_output
 from .hadamard import rotate
 from .layout import check_operand, mma_token_order, transposed_extent
 from .records import block_key_records, key_records, query_fields, query_records, record_factors
@@ -152,7 +152,7 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_r
     acc_dk = _add_row_scaled_mma(acc_dk, b_wt, tl.trans(b_qt), CODES, INTERPRET, GRAD4,
                                  b_word)  # W^T is G^T 2^(eV - eK)
     if DQ_ATOMIC:  # dQ's payload G, whose query's 2^eQ the atomic sum leaves out
-        _dq_atomic_add(p_dqa, b_wt * (key[1] * key[3])[:, None], b_kt, reciprocal_pow2(qg), o_i, m_i, heads_q, D,
+        _dq_atomic_add(p_dqa, b_wt * (key[1] * key[3])[:, None], b_kt, pow2_reciprocal(qg), o_i, m_i, heads_q, D,
                        CODES, INTERPRET)
     return acc_dk, acc_dv
 
@@ -189,7 +189,7 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_krec,
     # [BN] 2^eK, 2^eV, a word per scale block (keys past the document: masked steps only)
     kf, vf = record_factors(block_key_records(p_krec + h_k * total_k + k_start, k0, tl.arange(0, BN),
                                               total_k - k_start, SCALE_BLOCK, BN))
-    key = (s2 * kf, kf, vf, reciprocal_pow2(vf))  # s2 rides on the key's factor, fixed for the whole tile
+    key = (s2 * kf, kf, vf, pow2_reciprocal(vf))  # s2 rides on the key's factor, fixed for the whole tile
     b_kt = b_k  # a placeholder the steps ignore unless DQ_ATOMIC
     if DQ_ATOMIC:
         b_kt = _load_cols(p_kt + h_k * D * tk_t + k_start_t, o_k, span_k, tk_t, D, True)  # [D, BN]
@@ -313,7 +313,7 @@ def _dq_kernel(p_q, p_k, p_kt, p_v, p_do, p_rec, p_krec, p_cu_q, p_cu_k, p_cu_qt
                        forward_diagonal(i0, k0, geo, BM, BN), rng, D, BN, SCALE_BLOCK,
                        True, CODES, P4, GRAD4, INTERPRET)
     # 2^-eQ of dQ's code scale, exact before the softmax scale's one rounding (NUMERICS.md 4)
-    acc = acc * reciprocal_pow2(qg)[:, None]
+    acc = acc * pow2_reciprocal(qg)[:, None]
     store_dq(p_dq, acc, q_start + o_i, tl.arange(0, D), m_i, h_q, heads_q, scale, inv_sqrt_d, ROTATE_STAGES, INTERPRET)
 
 

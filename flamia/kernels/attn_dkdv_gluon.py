@@ -34,8 +34,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
 from .bwd_math import (doc_bounds, e2m1_payload, forward_diagonal, grad_scores, masked_step, query_factors,
-                       reciprocal_pow2, row_scaled_codes, step_range)
-from .fp8 import E4M3_EQ, E4M3_MQ, mul_rn, pow2, scale_exponent, to_codes, to_e4m3, to_output
+                       row_scaled_codes, step_range)
+from .fp8 import E4M3_EQ, E4M3_MQ, mul_rn, pow2, pow2_reciprocal, scale_exponent, to_codes, to_e4m3, to_output
 from .gluon_tma import (WARPS, code_descriptors, copy_barriers, descriptor, mma_layout, register_a_layout, relayout,
                         tma_load, wait_copy)
 from .hadamard import rotate
@@ -227,7 +227,7 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
     # query column (grad_scores' V fold).
     kf, vf = record_factors(block_key_records(p_krec + h_k.to(gl.int64) * total_k + k_start, k0, o_kb,
                                               total_k - k_start, SCALE_BLOCK, BN))
-    vinv = reciprocal_pow2(vf)
+    vinv = pow2_reciprocal(vf)
     sx = s2 * kf  # s2 rides on the key's factor, fixed for the whole tile
     o_j = gl.arange(0, SUB, layout=QRY)                              # [SUB]
     acc_dk = gl.zeros([BN, D], gl.float32, layout=O_L)

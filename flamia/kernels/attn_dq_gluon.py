@@ -22,8 +22,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
 from .bwd_math import (doc_bounds, e2m1_payload, forward_diagonal, grad_scores, masked_step, query_factors,
-                       reciprocal_pow2, row_scaled_codes, step_range, store_dq)
-from .fp8 import to_codes
+                       row_scaled_codes, step_range, store_dq)
+from .fp8 import pow2_reciprocal, to_codes
 from .gluon_tma import (WARPS, code_descriptors, copy_barriers, mma_layout, register_a_layout, relayout, tma_load,
                         wait_copy)
 from .launch import PACKING_INTS
@@ -185,7 +185,7 @@ def dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, kt_desc, p_rec, p_krec, p_c
         wait_copy(bars, n_steps + 1 + i, STAGES)
 
     # 2^-eQ of dQ's code scale, exact before the softmax scale's one rounding (NUMERICS.md 4)
-    acc = acc * gl.convert_layout(reciprocal_pow2(qg), gl.SliceLayout(1, O_L))[:, None]
+    acc = acc * gl.convert_layout(pow2_reciprocal(qg), gl.SliceLayout(1, O_L))[:, None]
     o_r = i0 + gl.arange(0, BM, layout=gl.SliceLayout(1, ROWS))
     store_dq(p_dq, gl.convert_layout(acc, ROWS), q_start + o_r, gl.arange(0, D, layout=gl.SliceLayout(0, ROWS)),
              o_r < len_q, h_q, heads_q, scale, inv_sqrt_d, ROTATE_STAGES, False)

@@ -9,7 +9,7 @@ import triton
 import triton.language as tl
 
 from .fp4 import e2m1_grad
-from .fp8 import E4M3_EQ, E4M3_MQ, code_grid, mul_rn, pow2, scale_exponent, to_e4m3, to_output
+from .fp8 import E4M3_EQ, E4M3_MQ, code_grid, mul_rn, pow2, pow2_reciprocal, scale_exponent, to_e4m3, to_output
 from .fwd_math import diagonal_tile, p4_values, same_layout
 from .hadamard import rotate
 from .layout import T_ALIGN as _T_ALIGN
@@ -26,13 +26,6 @@ def query_factors(fields):
     rq = 0 and qg = rf = 1 (``query_fields``), so their P and G vanish."""
     m, rq, deltad, qg, rf = fields
     return qg, (m, rf, rq, deltad)
-
-
-@triton.jit
-def reciprocal_pow2(x):
-    """Exact 1 / x of an fp32 power of two 2^e, e in [-126, 127], on its bits:
-    (127 - e) << 23 = (254 << 23) - ((127 + e) << 23)."""
-    return (0x7F000000 - x.to(tl.int32, bitcast=True)).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -159,7 +152,7 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
     if Q_AXIS == 0:
         # dQ: G = W 2^(eK - eV), the key's powers of two folded into rq: one factor per row
         # and 32-key block, not a product per score; exact, so the same bits as W's product.
-        b_rq = rq[:, None] * (col_x[None, :] * reciprocal_pow2(vf))
+        b_rq = rq[:, None] * (col_x[None, :] * pow2_reciprocal(vf))
     else:
         b_rq = rq[None, :]
     b_g = (b_pcf * b_rq) * (b_dp * vf - tl.expand_dims(deltad, K_AXIS))

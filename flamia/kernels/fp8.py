@@ -68,8 +68,8 @@ def pow2(e):
 def pow2_reciprocal(x):
     """Exact 1 / x of an fp32 power of two x = 2^e, e in [-126, 126], from its bits: the
     exponent field E becomes 254 - E (one integer subtract instead of a division). The
-    forward's vf and rf stay inside: a finite V's block exponent is at most 120, and PV is at
-    least -100 (``EXP_MIN``)."""
+    factors the kernels invert stay inside: a block exponent (eQ, eV, PV) of finite values
+    lies in [EXP_MIN, 120], and rf = 2^(sigma - PV)."""
     return (0x7F000000 - x.to(tl.int32, bitcast=True)).to(tl.float32, bitcast=True)
 
 
