@@ -4,6 +4,7 @@ of each kernel's step loop. Device time is scarce; instruction counts are not.
 
     PYTHONPATH=. python3 benchmarks/sass_offline.py [--workload eq8x8k] [--recipe mxfp8] [--bf16-scores] [--options JSON]
                                                     [--kernels REGEX] [--forward-only] [--out FILE]
+                                                    [--sass-dir DIR]
 
 How: a first process runs the training call on the CPU under TRITON_INTERPRET=1 with every
 kernel launch intercepted and skipped, recording each launch's arguments (tensors of the
@@ -189,17 +190,26 @@ def ptxas_warnings(ptx: str) -> list[str]:
     return [line.strip() for line in lines if "warning" in line.lower()]
 
 
-def read_sass(cubin: bytes) -> dict:
-    """Registers, local memory, QGMMA and spill counts, the opcode mix, the sizes of the loops
-    that hold an MMA (a backward branch's body) and each one's twelve commonest opcodes, and
-    the smallest one's opcode mix, whole and on its straight path (``_straight_path``)."""
+def disassemble(cubin: bytes) -> tuple[str, str]:
+    """(SASS, resource usage) of a cubin, as cuobjdump prints them."""
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        sass = subprocess.run([_tool("cuobjdump"), "-sass", f.name], capture_output=True, text=True).stdout
-        usage = subprocess.run([_tool("cuobjdump"), "-res-usage", f.name], capture_output=True, text=True).stdout
-    lines = re.findall(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);", sass)
-    code = [(int(addr, 16), op.split(".")[0], rest) for addr, op, rest in lines]
+        return tuple(subprocess.run([_tool("cuobjdump"), flag, f.name], capture_output=True, text=True).stdout
+                     for flag in ("-sass", "-res-usage"))
+
+
+def read_sass(cubin: bytes) -> dict:
+    """Registers, local memory, QGMMA and spill counts, the opcode mix, the sizes of the loops
+    that hold an MMA (a backward branch's body), each one's fewest and most instructions per
+    pass (``_path_lengths``) and twelve commonest opcodes, and the smallest one's opcode mix,
+    whole and on its straight path (``_straight_path``), and its MMA instructions with their
+    shapes and types."""
+    sass, usage = disassemble(cubin)
+    lines = re.findall(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Za-z0-9_.]*)([^;]*);", sass)
+    code = [(int(addr, 16), op.split(".")[0], rest) for addr, _, op, rest in lines]
+    full = {int(addr, 16): op for addr, _, op, _ in lines}  # with the shape and types, e.g. HGMMA.64x8x16.F32
+    guarded = {int(addr, 16) for addr, pred, _, _ in lines if pred and not pred.strip().endswith("PT")}
     loops = []  # (first address, branch address) of each loop whose body holds an MMA
     for addr, op, rest in code:
         target = re.search(r"0x([0-9a-f]+)", rest) if op == "BRA" else None
@@ -220,11 +230,34 @@ def read_sass(cubin: bytes) -> dict:
             "LDL/STL": ops.count("LDL") + ops.count("STL"),
             "opcodes": dict(collections.Counter(ops).most_common()),
             "mma_loops": sorted(_count(code, *span) for span in loops),
+            "mma_loop_paths": [_path_lengths(code, *span, guarded)
+                               for span in sorted(loops, key=lambda span: _count(code, *span))],
             "mma_loop_opcodes": [dict(collections.Counter(o for a, o, _ in code if lo_ <= a <= hi_).most_common(12))
                                  for lo_, hi_ in sorted(loops, key=lambda span: _count(code, *span))],
             "inner_loop": {"instructions": len(inner), "opcodes": dict(collections.Counter(inner).most_common()),
+                           "mma": dict(collections.Counter(full[a] for a, o, _ in code if lo <= a <= hi and o in _MMA)),
                            "straight": {"instructions": len(straight),
                                         "opcodes": dict(collections.Counter(straight).most_common())}}}
+
+
+def _path_lengths(code: list, lo: int, hi: int, guarded: set) -> tuple[int, int]:
+    """The fewest and the most instructions from address lo to hi of ``code`` along forward
+    branches, each guarded one (its address in ``guarded``: a predicate) taken or not, each
+    unguarded one taken: one step of a loop whose body branches (masked and unmasked steps,
+    4-bit and E4M3 tiles)."""
+    where = {a: i for i, (a, _, _) in enumerate(code)}
+    first, last = where[lo], where[hi]
+    span = {last + 1: (0, 0)}  # instruction index -> (fewest, most) from it to hi
+    for i in range(last, first - 1, -1):
+        addr, op, rest = code[i]
+        target = re.search(r"0x([0-9a-f]+)", rest) if op == "BRA" and i < last else None
+        if target and addr < int(target.group(1), 16):
+            jump = span.get(where.get(int(target.group(1), 16), last + 1), (0, 0))
+            options = (jump, span[i + 1]) if addr in guarded else (jump,)
+            span[i] = (1 + min(o[0] for o in options), 1 + max(o[1] for o in options))
+        else:
+            span[i] = (1 + span[i + 1][0], 1 + span[i + 1][1])
+    return span[first]
 
 
 def _count(code: list, lo: int, hi: int) -> int:
@@ -254,6 +287,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tiles", default="{}", help="AttnTiles fields to change for the recipe at the workload's "
                     "head dim, as JSON, e.g. '{\"fwd_stages\": 3}'")
     ap.add_argument("--out", help="also write the report as JSON here")
+    ap.add_argument("--sass-dir", help="also write each kernel's SASS here, as LABEL.sass")
     ap.add_argument("--capture", action="store_true", help=argparse.SUPPRESS)  # the first process
     args = ap.parse_args(argv)
     options = {**json.loads(args.options), **({"bf16_scores": True} if args.bf16_scores else {})}
@@ -282,11 +316,15 @@ def main(argv=None) -> int:
         print(f"{label}: {r['regs']} registers, {r['stack_bytes']} B stack, {r['LDL/STL']} LDL/STL, "
               f"{r['QGMMA']} QGMMA, {r['HGMMA']} HGMMA, {r['shared_bytes']} B shared, {r['instructions']} instructions",
               flush=True)
+        if args.sass_dir:
+            os.makedirs(args.sass_dir, exist_ok=True)
+            Path(args.sass_dir, re.sub(r"[^\w.-]+", "_", label) + ".sass").write_text(disassemble(asm["cubin"])[0])
         for warning in r["ptxas_warnings"]:
             print(f"  ptxas: {warning}", flush=True)
         if r["mma_loops"]:
             step = r["inner_loop"]
-            print(f"  loops with an MMA: {r['mma_loops']} instructions; the smallest, "
+            print(f"  loops with an MMA: {r['mma_loops']} instructions, per pass (fewest, most) "
+                  f"{[tuple(p) for p in r['mma_loop_paths']]}; the smallest, "
                   f"{step['straight']['instructions']} on its straight path (forward branches taken): "
                   + ", ".join(f"{op} {n}" for op, n in list(step["straight"]["opcodes"].items())[:24]), flush=True)
     if args.out:
