@@ -199,13 +199,12 @@ def disassemble(cubin: bytes) -> tuple[str, str]:
                      for flag in ("-sass", "-res-usage"))
 
 
-def read_sass(cubin: bytes) -> dict:
-    """Registers, local memory, QGMMA and spill counts, the opcode mix, the sizes of the loops
+def read_sass(sass: str, usage: str) -> dict:
+    """From a kernel's SASS and resource usage (``disassemble``): registers, local memory, QGMMA and spill counts, the opcode mix, the sizes of the loops
     that hold an MMA (a backward branch's body), each one's fewest and most instructions per
     pass (``_path_lengths``) and twelve commonest opcodes, and the smallest one's opcode mix,
     whole and on its straight path (``_straight_path``), and its MMA instructions with their
     shapes and types."""
-    sass, usage = disassemble(cubin)
     lines = re.findall(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Za-z0-9_.]*)([^;]*);", sass)
     code = [(int(addr, 16), op.split(".")[0], rest) for addr, _, op, rest in lines]
     full = {int(addr, 16): op for addr, _, op, _ in lines}  # with the shape and types, e.g. HGMMA.64x8x16.F32
@@ -217,10 +216,11 @@ def read_sass(cubin: bytes) -> dict:
             lo = int(target.group(1), 16)
             if any(o in _MMA for a, o, _ in code if lo <= a <= addr):
                 loops.append((lo, addr))
+    loops.sort(key=lambda span: _count(code, *span))  # smallest first
     # The smallest loop with an MMA: the step loop. Where one loop serves masked and unmasked
     # tiles (the Gluon forward), a forward branch skips the mask: its straight path leaves out
     # every stretch that a forward branch inside the loop can jump over.
-    lo, hi = min(loops, key=lambda span: _count(code, *span)) if loops else (1, 0)
+    lo, hi = loops[0] if loops else (1, 0)
     inner = [o for a, o, _ in code if lo <= a <= hi]
     straight = _straight_path(code, lo, hi)
     regs = dict(re.findall(r"(REG|STACK|LOCAL):(\d+)", usage))
@@ -229,11 +229,10 @@ def read_sass(cubin: bytes) -> dict:
             "instructions": len(ops), "QGMMA": ops.count("QGMMA"), "HGMMA": ops.count("HGMMA"),
             "LDL/STL": ops.count("LDL") + ops.count("STL"),
             "opcodes": dict(collections.Counter(ops).most_common()),
-            "mma_loops": sorted(_count(code, *span) for span in loops),
-            "mma_loop_paths": [_path_lengths(code, *span, guarded)
-                               for span in sorted(loops, key=lambda span: _count(code, *span))],
+            "mma_loops": [_count(code, *span) for span in loops],
+            "mma_loop_paths": [_path_lengths(code, *span, guarded) for span in loops],
             "mma_loop_opcodes": [dict(collections.Counter(o for a, o, _ in code if lo_ <= a <= hi_).most_common(12))
-                                 for lo_, hi_ in sorted(loops, key=lambda span: _count(code, *span))],
+                                 for lo_, hi_ in loops],
             "inner_loop": {"instructions": len(inner), "opcodes": dict(collections.Counter(inner).most_common()),
                            "mma": dict(collections.Counter(full[a] for a, o, _ in code if lo <= a <= hi and o in _MMA)),
                            "straight": {"instructions": len(straight),
@@ -311,14 +310,15 @@ def main(argv=None) -> int:
         asm, label = compile_launch(launch, seen)
         if asm is None:
             continue
-        report[label] = r = {**read_sass(asm["cubin"]), "ptxas_warnings": ptxas_warnings(asm["ptx"]),
+        sass, usage = disassemble(asm["cubin"])
+        report[label] = r = {**read_sass(sass, usage), "ptxas_warnings": ptxas_warnings(asm["ptx"]),
                              "shared_bytes": asm["shared"]}
         print(f"{label}: {r['regs']} registers, {r['stack_bytes']} B stack, {r['LDL/STL']} LDL/STL, "
               f"{r['QGMMA']} QGMMA, {r['HGMMA']} HGMMA, {r['shared_bytes']} B shared, {r['instructions']} instructions",
               flush=True)
         if args.sass_dir:
             os.makedirs(args.sass_dir, exist_ok=True)
-            Path(args.sass_dir, re.sub(r"[^\w.-]+", "_", label) + ".sass").write_text(disassemble(asm["cubin"])[0])
+            Path(args.sass_dir, re.sub(r"[^\w.-]+", "_", label) + ".sass").write_text(sass)
         for warning in r["ptxas_warnings"]:
             print(f"  ptxas: {warning}", flush=True)
         if r["mma_loops"]:
