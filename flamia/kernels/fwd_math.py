@@ -191,8 +191,8 @@ def scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU: 
         b_p = p4_values(b_p, b_p, False, 1, TO_ROWS, TILE)
     if ROW_SUM == 1:
         b_l = b_l * b_alpha + TO_ROWS(tl.sum(_row_tree(b_p, False, 8), 1), ROWS)
-    # (p vf) rf as the contract writes it: p (vf rf), the backward's order, gives the same codes
-    # with one multiply per score fewer, but is no faster here (NUMERICS.md 4).
+    # (p vf) rf as the contract writes it: the backward's p (vf rf) would make vf rf inf on a
+    # hidden key (eV - PV reaches 220 there) and its p = 0 a NaN code (NUMERICS.md 4).
     b_pf = (b_p * b_vf[None, :]) * b_rf[:, None]  # [BM, BN]
     if ROW_SUM == 2:  # the codes' values in fp32 (exact), then the V fold undone per key and row
         b_pf = code_grid(b_pf, CODES, INTERPRET)
