@@ -11,6 +11,7 @@ from .formats.hadamard import HADAMARD_DIMS
 
 RECIPE_NAMES = ("mxfp8", "nvfp4", "fp4", "bf16")
 P4_RECIPE_NAMES = ("nvfp4", "fp4")  # the routes with 4-bit P
+E4M3_P_RECIPE_NAMES = ("mxfp8",) + P4_RECIPE_NAMES  # the routes whose P multiplies V as E4M3 codes
 
 
 @dataclass(frozen=True)
@@ -49,11 +50,11 @@ class Recipe:
         on 4-bit tiles, so the weights O uses sum to one and the backward's dS sums to zero
         per row (experiments/README.md: plain nvfp4 diverged in the small profile, nvfp4
         with this option trained like BF16; fp4 diverged either way).
-    Candidate default (E4M3 P routes mxfp8, nvfp4, fp4; the kernels run it too):
     p_sum_codes: the row sum l adds the values of the P codes that P.V uses, without the V
         fold (P^ / (vf rf)), on every tile, instead of p: O divides by the sum of the weights
-        it used, so the backward's dS sums to zero per row (NUMERICS.md 3b). mxfp8 diverged
-        at the paper's size without it, with BF16 scores too, and tracked BF16 with it.
+        it used, so the backward's dS sums to zero per row (NUMERICS.md 3b). None = the
+        default: on for the E4M3 P routes (mxfp8, nvfp4, fp4) unless p4_sum_quantized is set;
+        False gives l from p, with which mxfp8 diverged at the paper's size.
     """
 
     name: str = "mxfp8"
@@ -68,7 +69,7 @@ class Recipe:
     fwd_diag_block_m: int | None = None
     fwd_approx_exp: bool = False
     p4_sum_quantized: bool = False
-    p_sum_codes: bool = False
+    p_sum_codes: bool | None = None
     stochastic_grad: bool | None = None
     bf16_scores: bool = False
 
@@ -87,7 +88,7 @@ class Recipe:
             raise ValueError(f"recipe: fwd_diag_block_m must be a positive multiple of 32, got {self.fwd_diag_block_m}")
         if self.p4_sum_quantized and not self.has_p4:
             raise ValueError(f"recipe: p4_sum_quantized needs a 4-bit P route {P4_RECIPE_NAMES}, got {self.name!r}")
-        if self.p_sum_codes and (self.name not in P4_RECIPE_NAMES + ("mxfp8",) or self.p4_sum_quantized):
+        if self.p_sum_codes and (self.name not in E4M3_P_RECIPE_NAMES or self.p4_sum_quantized):
             raise ValueError(f"recipe: p_sum_codes needs E4M3 P codes ('mxfp8', 'nvfp4' or 'fp4') and replaces "
                              f"p4_sum_quantized, got {self.name!r} with p4_sum_quantized={self.p4_sum_quantized}")
         if self.stochastic_grad and self.name != "fp4":
@@ -115,6 +116,14 @@ class Recipe:
     def rounds_grad_stochastically(self) -> bool:
         """Whether G is rounded stochastically (``stochastic_grad``, None: on for fp4)."""
         return self.name == "fp4" if self.stochastic_grad is None else self.stochastic_grad
+
+    @property
+    def sums_codes(self) -> bool:
+        """Whether l adds the P codes' values (``p_sum_codes``; None: on for the E4M3 P routes
+        unless ``p4_sum_quantized`` is set)."""
+        if self.p_sum_codes is None:
+            return self.name in E4M3_P_RECIPE_NAMES and not self.p4_sum_quantized
+        return self.p_sum_codes
 
     @property
     def exact(self) -> bool:

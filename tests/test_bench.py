@@ -161,15 +161,18 @@ def test_provider_rules_name_why_a_cell_is_na():
 
 
 def test_flamia_recipes_with_flags_are_providers_of_their_own():
-    """"flamia:mxfp8+p_sum_codes" times the recipe with that option, on the base recipe's
-    backend, under a key and label of its own; an unknown flag names the argument."""
+    """"flamia:mxfp8+bf16_scores" times the recipe with that option ("+p_sum_codes=False": one
+    off), on the base recipe's backend, under a key and label of its own; an unknown flag or
+    value names the argument."""
     chosen = select_providers(registry(dry_run=True), "flamia:mxfp8,flamia:mxfp8+p_sum_codes+bf16_scores")
     assert [(p.key, p.label, p.emulated) for p in chosen] == [
         ("flamia:mxfp8", "flamia MXFP8 (emulated)", True),
         ("flamia:mxfp8+p_sum_codes+bf16_scores", "flamia MXFP8+p_sum_codes+bf16_scores (emulated)", True)]
     assert flamia_recipe("nvfp4+p_sum_codes") == Recipe("nvfp4", p_sum_codes=True)
-    with pytest.raises(ValueError, match="^--providers: 'mxfp8\\+sharp' switches on \\['sharp'\\]"):
-        select_providers(registry(), "flamia:mxfp8+sharp")
+    assert not flamia_recipe("mxfp8+p_sum_codes=False").sums_codes
+    for bad in ("sharp", "p_sum_codes=maybe"):
+        with pytest.raises(ValueError, match=f"^--providers: 'mxfp8\\+{bad}' sets"):
+            select_providers(registry(), f"flamia:mxfp8+{bad}")
     with pytest.raises(ValueError, match="^recipe: p_sum_codes needs E4M3 P codes"):
         select_providers(registry(), "flamia:bf16+p_sum_codes")
 

@@ -225,14 +225,14 @@ def test_mitchell_p_matches_exact_rounding_on_realistic_score_ranges():
 
 def test_p4_sum_quantized_makes_the_used_weights_sum_to_one():
     """With V = 1 every output channel is the sum of the weights O used. fp4 (4-bit P on
-    every tile) divides by the sum of the unquantized p by default, so rows fall short of 1
+    every tile) with l from the unquantized p (``p_sum_codes=False``) has rows short of 1
     (flushed small probabilities); with ``p4_sum_quantized`` they sum to 1 (to bf16)."""
     inputs = make_packed_inputs((300, 77, 1), heads_q=2, head_dim=64, seed=1)
     ones = torch.ones_like(inputs.v)
     args = (inputs.q, inputs.k, ones, inputs.cu_seqlens, inputs.cu_seqlens, inputs.max_seqlen, inputs.max_seqlen)
-    default = emulated_attention(*args, causal=True, recipe=Recipe("fp4")).float()
+    from_p = emulated_attention(*args, causal=True, recipe=Recipe("fp4", p_sum_codes=False)).float()
     summed = emulated_attention(*args, causal=True, recipe=Recipe("fp4", p4_sum_quantized=True)).float()
-    assert (default - 1).abs().max() > 0.05
+    assert (from_p - 1).abs().max() > 0.05
     assert torch.equal(summed, torch.ones_like(summed))
     with pytest.raises(ValueError, match="^recipe: p4_sum_quantized"):
         Recipe("mxfp8", p4_sum_quantized=True)

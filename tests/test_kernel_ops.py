@@ -13,12 +13,12 @@ from flamia.recipes import Recipe, resolve_recipe
 from flamia.spec import AttnSpec
 from flamia.workload import as_attention, make_packed_inputs, training_call
 
-# bf16_scores on both routes, p_sum_codes, and the mismatch ablations' flags with each (flamia.train's RUNS)
+# bf16_scores on both routes, l from p (p_sum_codes=False), and the mismatch ablations' flags (flamia.train's RUNS)
 OPTIONS = {"mxfp8-bf16s": Recipe("mxfp8", bf16_scores=True), "nvfp4-bf16s": Recipe("nvfp4", bf16_scores=True),
                "nvfp4-bf16s-sumq": Recipe("nvfp4", bf16_scores=True, p4_sum_quantized=True),
                "nvfp4-bf16s-prepr": Recipe("nvfp4", bf16_scores=True, fwd_p4_bwd_p8=True),
                "mxfp8-bf16s-exp": Recipe("mxfp8", bf16_scores=True, fwd_approx_exp=True),
-               "mxfp8-sumc": Recipe("mxfp8", p_sum_codes=True), "nvfp4-sumc": Recipe("nvfp4", p_sum_codes=True),
+               "mxfp8-from-p": Recipe("mxfp8", p_sum_codes=False), "nvfp4-from-p": Recipe("nvfp4", p_sum_codes=False),
                "nvfp4-sumc-prepr": Recipe("nvfp4", p_sum_codes=True, fwd_p4_bwd_p8=True),
                "mxfp8-sumc-exp": Recipe("mxfp8", p_sum_codes=True, fwd_approx_exp=True)}
 
@@ -70,7 +70,7 @@ def test_interpreted_training_call_equals_emulator(recipe, head_dim, causal, win
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("recipe", ["mxfp8", "bf16", "nvfp4", "fp4", OPTIONS["mxfp8-bf16s"], OPTIONS["mxfp8-sumc"],
+@pytest.mark.parametrize("recipe", ["mxfp8", "bf16", "nvfp4", "fp4", OPTIONS["mxfp8-bf16s"], OPTIONS["mxfp8-from-p"],
                                     OPTIONS["nvfp4-bf16s"]], ids=_recipe_id)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("head_dim", [64, 128])

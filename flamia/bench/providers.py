@@ -6,8 +6,8 @@ installed. Peers from the two wheel bundles (shared/wheels/README.md) report "no
 installed" until their bundle is on the path, so every table keeps every column.
 
 Keys are "name:recipe" (e.g. "cudnn:fp8"); ``select_providers`` also takes a bare name for
-all recipes of a provider, and flamia's recipes with boolean Recipe fields switched on
-("flamia:mxfp8+p_sum_codes").
+all recipes of a provider, and flamia's recipes with boolean Recipe fields set
+("flamia:mxfp8+bf16_scores", "flamia:mxfp8+p_sum_codes=False").
 """
 import functools
 import importlib
@@ -130,16 +130,19 @@ def _flash_sdp() -> "str | None":
     return None if built else "torch built without FlashAttention"
 
 
-_RECIPE_FLAGS = tuple(f.name for f in fields(Recipe) if f.type in (bool, "bool"))
+_RECIPE_FLAGS = tuple(f.name for f in fields(Recipe) if f.type in (bool, "bool", bool | None, "bool | None"))
 
 
 def flamia_recipe(spec: str) -> Recipe:
-    """A named recipe with boolean fields switched on: "mxfp8+p_sum_codes+bf16_scores"."""
+    """A named recipe with boolean fields set: "mxfp8+bf16_scores" switches one on,
+    "mxfp8+p_sum_codes=False" sets one off."""
     name, *flags = spec.split("+")
-    unknown = [f for f in flags if f not in _RECIPE_FLAGS]
+    values = dict((f.split("=", 1) + ["True"])[:2] for f in flags)
+    unknown = [f for f, v in values.items() if f not in _RECIPE_FLAGS or v not in ("True", "False")]
     if unknown:
-        raise ValueError(f"--providers: {spec!r} switches on {unknown}; the Recipe flags are {list(_RECIPE_FLAGS)}")
-    return resolve_recipe(name).with_(**dict.fromkeys(flags, True))
+        raise ValueError(f"--providers: {spec!r} sets {unknown}; the Recipe flags are {list(_RECIPE_FLAGS)}, "
+                         "each alone (True) or as flag=True or flag=False")
+    return resolve_recipe(name).with_(**{f: v == "True" for f, v in values.items()})
 
 
 def _flamia(recipe: str, backend: str) -> Provider:

@@ -79,7 +79,7 @@ def row_sum_mode(recipe) -> int:
     """The forward's ROW_SUM for a recipe: what the row sum l adds per key tile; 0 the fp32 p
     (NUMERICS.md 3, step 5); 1 the 4-bit values on 4-bit tiles (``p4_sum_quantized``); 2 the
     values of the P codes without the V fold, on every tile (``p_sum_codes``)."""
-    return 2 if recipe.p_sum_codes else 1 if recipe.p4_sum_quantized else 0
+    return 2 if recipe.sums_codes else 1 if recipe.p4_sum_quantized else 0
 
 
 def grad_mode(recipe) -> int:

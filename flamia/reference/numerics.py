@@ -67,10 +67,10 @@ class Numerics:
 
     def row_mass(self, p, pq, x, m, vf, rf, tile) -> torch.Tensor:
         """What a key tile adds to the forward's row sum l [B, H, Lq] (NUMERICS.md 3, step 5):
-        rowsum(p), the fp32 probabilities before the V fold; with ``p_sum_codes`` the values
-        of the P codes pq [B, H, Lq, N] that P.V uses, without the V fold (3b). vf [B, H, N],
-        rf [B, H, Lq]: the fold's factors; x, m, tile: as ``p_values`` takes them."""
-        if self.recipe.p_sum_codes:
+        the values of the P codes pq [B, H, Lq, N] that P.V uses, without the V fold
+        (``Recipe.sums_codes``, 3b), else rowsum(p), the fp32 probabilities before the fold.
+        vf [B, H, N], rf [B, H, Lq]: the fold's factors; x, m, tile: as ``p_values`` takes them."""
+        if self.recipe.sums_codes:
             return (pq * (1.0 / vf[:, :, None, :])).sum(-1) * (1.0 / rf)
         return p.sum(-1)
 

@@ -22,21 +22,22 @@ class RunSpec:
     recipe: Recipe | None = None
 
 
+# The runs before p_sum_codes (NUMERICS.md 3b) take l from p, as they were measured.
 RUNS = {
     "bf16": RunSpec("sdpa"),
-    "mxfp8": RunSpec("flamia", Recipe("mxfp8")),
+    "mxfp8": RunSpec("flamia", Recipe("mxfp8", p_sum_codes=False)),
     # Scores from BF16 codes of Q and K, where E4M3's lose dQ and dK on sharp attention.
-    "mxfp8_bf16s": RunSpec("flamia", Recipe("mxfp8", bf16_scores=True)),
-    "nvfp4": RunSpec("flamia", Recipe("nvfp4")),
-    "fp4": RunSpec("flamia", Recipe("fp4")),
+    "mxfp8_bf16s": RunSpec("flamia", Recipe("mxfp8", bf16_scores=True, p_sum_codes=False)),
+    "nvfp4": RunSpec("flamia", Recipe("nvfp4", p_sum_codes=False)),
+    "fp4": RunSpec("flamia", Recipe("fp4", p_sum_codes=False)),
     # 4-bit P groups scaled before the causal mask: future keys leak into earlier rows.
-    "leak": RunSpec("flamia", Recipe("nvfp4", p4_scale_before_mask=True)),
-    "per_tensor": RunSpec("flamia", Recipe("mxfp8", per_tensor_scales=True)),
+    "leak": RunSpec("flamia", Recipe("nvfp4", p4_scale_before_mask=True, p_sum_codes=False)),
+    "per_tensor": RunSpec("flamia", Recipe("mxfp8", per_tensor_scales=True, p_sum_codes=False)),
     # Forward/backward mismatches: P precision, diagonal tiling, exponential.
-    "mm_prepr": RunSpec("flamia", Recipe("nvfp4", fwd_p4_bwd_p8=True)),
-    "mm_diag": RunSpec("flamia", Recipe("nvfp4", fwd_diag_block_m=256)),
-    "mm_exp": RunSpec("flamia", Recipe("mxfp8", fwd_approx_exp=True)),
-    "nvfp4_bf16s": RunSpec("flamia", Recipe("nvfp4", bf16_scores=True)),
+    "mm_prepr": RunSpec("flamia", Recipe("nvfp4", fwd_p4_bwd_p8=True, p_sum_codes=False)),
+    "mm_diag": RunSpec("flamia", Recipe("nvfp4", fwd_diag_block_m=256, p_sum_codes=False)),
+    "mm_exp": RunSpec("flamia", Recipe("mxfp8", fwd_approx_exp=True, p_sum_codes=False)),
+    "nvfp4_bf16s": RunSpec("flamia", Recipe("nvfp4", bf16_scores=True, p_sum_codes=False)),
     # l from the P codes' values (NUMERICS.md 3b): a row's used weights that do not sum to
     # one bias its dS on every tile. mxfp8 trained with it where mxfp8 and the BF16-score
     # runs diverged, so it is the consistent baseline of the mismatches on this size.
