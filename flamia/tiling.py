@@ -44,9 +44,15 @@ class NumericsTiles:
 # Per head dim the kernels support; d=64 runs 64-key forward tiles (kernels/configs.py has the
 # measurements that chose them).
 NUMERICS_TILES = {64: NumericsTiles(fwd_block_n=64), 128: NumericsTiles()}
+# The recipes whose kernels multiply BF16 codes (bf16, and fp4's decoded 4-bit values): at
+# d=128, 64-key forward tiles, 32-query dK/dV steps and 32-key dQ steps, whose operands take
+# half an SM's shared memory, so two programs share an SM (docs/PERFORMANCE.md).
+BF16_CODE_RECIPES = ("bf16", "fp4")
+BF16_NUMERICS_TILES = {64: NUMERICS_TILES[64], 128: NumericsTiles(fwd_block_n=64, bwd_block_m=32, dq_block_n=32)}
 
 
-def numerics_tiles(head_dim: int) -> NumericsTiles:
-    """The kernels' extents at ``head_dim``; the d=128 ones at a head dim the kernels lack
-    (the emulator runs any multiple of 16 up to 256)."""
-    return NUMERICS_TILES.get(head_dim, NumericsTiles())
+def numerics_tiles(head_dim: int, recipe: str = "mxfp8") -> NumericsTiles:
+    """The kernels' extents at ``head_dim`` for the recipe named ``recipe``; the d=128 ones
+    at a head dim the kernels lack (the emulator runs any multiple of 16 up to 256)."""
+    table = BF16_NUMERICS_TILES if recipe in BF16_CODE_RECIPES else NUMERICS_TILES
+    return table.get(head_dim, table[128])

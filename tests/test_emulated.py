@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from flamia.formats.e4m3 import E4M3_MIN_NORMAL_EXP
-from flamia.kernels.configs import SUPPORTED_HEAD_DIMS, tiles_for
+from flamia.kernels.configs import ROUTES, SUPPORTED_HEAD_DIMS, tiles_for
 from flamia.recipes import RECIPE_NAMES, Recipe
 from flamia.reference.emulated import NUMERICS, emulate_forward, emulated_attention, rebuild_p_trace
 from flamia.reference.exact import exact_attention
@@ -118,10 +118,12 @@ def test_rows_without_keys_are_zero_with_infinite_lse():
 
 
 @pytest.mark.parametrize("head_dim", SUPPORTED_HEAD_DIMS)
-def test_the_emulator_follows_the_kernels_tiles(head_dim):
-    """The kernels' AttnTiles take their numerics extents from flamia.tiling, which the
-    emulator reads by default: one source for both."""
-    assert asdict(numerics_tiles(head_dim)).items() <= asdict(tiles_for(head_dim)).items()
+@pytest.mark.parametrize("recipe", sorted(ROUTES))
+def test_the_emulator_follows_the_kernels_tiles(head_dim, recipe):
+    """The kernels' AttnTiles for a recipe's codes take their numerics extents from
+    flamia.tiling, which the emulator reads by default for that recipe: one source for both."""
+    kernels = tiles_for(head_dim, ROUTES[recipe].codes)
+    assert asdict(numerics_tiles(head_dim, recipe)).items() <= asdict(kernels).items()
 
 
 def test_every_recipe_name_has_numerics():

@@ -210,9 +210,10 @@ class QuantizerTiles:
 # docs/PERFORMANCE.md has the figures.
 TILES_D64 = AttnTiles(**asdict(numerics_tiles(64)), fwd_stages=4, dq_stages=2, dkdv_maxnreg=168)
 TILES = {64: TILES_D64, 128: AttnTiles(**asdict(numerics_tiles(128)))}
-# BF16 codes take twice E4M3's shared memory and register A operands; the numerics tiles stay
-# (the emulator's), the stages and the d=64 register cap fit them (docs/PERFORMANCE.md).
-BF16_TILES = {64: replace(TILES_D64, dkdv_maxnreg=None), 128: replace(TILES[128], fwd_stages=2)}
+# BF16 codes take twice E4M3's shared memory and register A operands: at d=128 their own numerics
+# tiles (flamia/tiling.py) with E4M3's stages fit two programs per SM; at d=64 E4M3's tiles
+# without its register cap (docs/PERFORMANCE.md).
+BF16_TILES = {64: replace(TILES_D64, dkdv_maxnreg=None), 128: AttnTiles(**asdict(numerics_tiles(128, "bf16")))}
 QUANTIZER = QuantizerTiles()
 SUPPORTED_HEAD_DIMS = tuple(TILES)
 

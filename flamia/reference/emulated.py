@@ -163,13 +163,14 @@ def emulate_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
 
     q: [Tq, Hq, D]; k, v: [Tk, Hkv, D] (any float dtype); cu_seqlens_q/k: int32 [B + 1];
     max_seqlen_q/k: ints. recipe: a name of ``flamia.RECIPES`` or a Recipe; softmax_scale:
-    None for 1/sqrt(D). tiles: None for ``numerics_tiles(D)`` (the kernels' at D).
+    None for 1/sqrt(D). tiles: None for ``numerics_tiles(D, recipe)`` (the kernels' at D).
     record_p: keep each key tile's P values in ``p_trace``. seed: the backward's random bits
     where the recipe rounds G stochastically.
     """
     spec = _entry_spec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
                        window_size, recipe, q.shape[-1], seed)
-    return _forward(q, k, v, spec, tiles if tiles is not None else numerics_tiles(q.shape[-1]), record_p)
+    return _forward(q, k, v, spec, tiles if tiles is not None else numerics_tiles(q.shape[-1], spec.recipe.name),
+                    record_p)
 
 
 def _forward(q, k, v, spec: AttnSpec, tiles: NumericsTiles, record_p: bool = False) -> EmulatedForward:
@@ -327,7 +328,7 @@ class _EmulatedAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, spec: AttnSpec):
-        fwd = _forward(q, k, v, spec, numerics_tiles(q.shape[-1]))
+        fwd = _forward(q, k, v, spec, numerics_tiles(q.shape[-1], spec.recipe.name))
         ctx.fwd = fwd
         ctx.mark_non_differentiable(fwd.lse)
         return fwd.out, fwd.lse
@@ -341,7 +342,7 @@ class _EmulatedAttention(torch.autograd.Function):
 
 def emulated_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
                        softmax_scale=None, window_size=(-1, -1), recipe="mxfp8", return_lse=False, seed=0):
-    """Differentiable emulated attention on packed documents, on the tiles ``numerics_tiles(D)``.
+    """Differentiable emulated attention on packed documents, on the tiles ``numerics_tiles(D, recipe)``.
 
     Arguments as ``flamia.flash_attn_varlen_func`` (q: [Tq, Hq, D]; k, v: [Tk, Hkv, D]; recipe
     a name or a Recipe; softmax_scale None for 1/sqrt(D)), which hands it a resolved Recipe
