@@ -7,14 +7,19 @@ import torch
 import triton
 import triton.language as tl
 
-from flamia.formats.e2m1 import e2m1_codes, e2m1_decode, pack_e2m1, round_to_e2m1, unpack_e2m1
+from flamia.formats.e2m1 import (E2M1_VALUES, e2m1_codes, e2m1_decode, pack_e2m1, round_to_e2m1,
+                                 round_to_e2m1_stochastic, unpack_e2m1)
 from flamia.formats.e4m3 import E4M3_MAX
 from flamia.formats.hadamard import hadamard_transform
-from flamia.formats.nvfp4 import NVFP4_GROUP, e4m3_round_up, quantize_nvfp4
+from flamia.formats.nvfp4 import NVFP4_GROUP, e4m3_round_up, quantize_nvfp4, round_e2m1_pow2
+from flamia.formats.scales import exp2i, scale_exponent
 from flamia.kernels.fp4 import e2m1_codes as e2m1_codes_kernel
 from flamia.kernels.fp4 import e4m3_round_up as e4m3_round_up_kernel
 from flamia.kernels.fp4 import round_e2m1 as round_e2m1_kernel
+from flamia.kernels.fp4 import round_e2m1_at, round_e2m1_stochastic_at
 from flamia.kernels.fp4 import round_e2m1_signed as round_e2m1_signed_kernel
+from flamia.kernels.fp8 import pow2
+from flamia.kernels.fp8 import scale_exponent as scale_exponent_kernel
 from flamia.kernels.quantize import quantize_operand, quantize_pair
 from flamia.kernels.quantize_fp4 import quantize_nvfp4_operand
 from flamia.kernels.worklist import tile_list
@@ -220,11 +225,67 @@ def test_helpers_match_formats():
 
 
 @triton.jit
-def _round_nan_kernel(p_x, p_y, p_ys, n, BLOCK: tl.constexpr):
+def _scaled_rounding_kernel(p_x, p_words, p_near, p_sr, G: tl.constexpr):
+    """Groups of 16 values: their power-of-two E2M1 scale, then both roundings at that scale."""
+    o = tl.arange(0, G)[:, None] * 16 + tl.arange(0, 16)[None, :]  # [G, 16]
+    x = tl.load(p_x + o)
+    e = scale_exponent_kernel(tl.max(tl.abs(x), axis=1), 2, 0x400000)[:, None]  # [G, 1]
+    tl.store(p_near + o, round_e2m1_at(tl.abs(x), e))
+    tl.store(p_sr + o, round_e2m1_stochastic_at(x, pow2(e), tl.load(p_words + o).to(tl.uint32, bitcast=True)))
+
+
+def test_scaled_roundings_match_formats():
+    """The roundings at the values' own scale (4-bit P's ``round_e2m1_at``, G's
+    ``round_e2m1_stochastic_at``) equal the scaled ones of ``flamia.formats`` bit for bit:
+    E2M1 values, ties and their fp32 neighbours under scales 2^-100..2^100, random values
+    over 60 binades, zeros, fp32 subnormals, groups of one value; random words."""
+    g = torch.Generator().manual_seed(1)
+    mids = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
+    base = _neighbours(torch.cat([torch.tensor(E2M1_VALUES[1:]), mids]))  # [98]
+    base = torch.cat([base, torch.zeros(14)]).view(7, 16)
+    scales = 2.0 ** torch.tensor([-100, -60, -8, -1, 0, 3, 40, 100])
+    grid = (base[None] * scales[:, None, None]).flatten(0, 1)  # [56, 16]
+    spread = torch.rand(64, 16, generator=g) * 2.0 ** torch.randint(-60, 1, (64, 16), generator=g).float()
+    spread = spread * 2.0 ** torch.randint(-30, 30, (64, 1), generator=g).float()
+    lone = torch.zeros(8, 16)
+    lone[:, 3] = torch.tensor([1e-45, 1e-40, 2.0 ** -126, 3.0, 0.7, 1e-30, 5e29, 0.0])
+    x = torch.cat([grid, spread, lone]) * torch.where(torch.rand(128, 16, generator=g) < 0.5, -1.0, 1.0)
+    words = torch.randint(0, 2 ** 32, x.shape, generator=g)
+    near, sr = torch.empty_like(x).to(DEVICE), torch.empty_like(x).to(DEVICE)
+    _scaled_rounding_kernel[(1,)](x.to(DEVICE), words.int().to(DEVICE), near, sr, G=x.shape[0])
+    amax = x.abs().amax(1, keepdim=True)
+    assert torch.equal(_bits(near.cpu()), _bits(round_e2m1_pow2(x.abs(), amax)))
+    e = scale_exponent(amax, 6.0)
+    assert torch.equal(_bits(sr.cpu()), _bits(round_to_e2m1_stochastic(x * exp2i(-e), words) * exp2i(e)))
+
+
+@triton.jit
+def _round_at_kernel(p_x, p_e, p_y, n, BLOCK: tl.constexpr):
+    o = tl.arange(0, BLOCK)
+    tl.store(p_y + o, round_e2m1_at(tl.load(p_x + o, mask=o < n), tl.load(p_e + o, mask=o < n)), mask=o < n)
+
+
+def test_round_e2m1_at_flushes_under_the_largest_scales():
+    """4-bit P's values (at most 2^tau) under group scales up to 2^126, which the leaking
+    ablation's group maxima over masked keys reach (an infinite maximum gives 126): 0, as
+    ``formats``' scaled rounding gives, where the rounding constant's exponent field for e
+    itself would pass 255."""
+    x = torch.tensor([0.3, 0.75, 1.0, 2.0 ** -30, 5.0, 12.0, 0.0])
+    e = torch.arange(96, 127)
+    xs, es = (t.flatten() for t in torch.broadcast_tensors(x[None], e[:, None]))
+    y = torch.empty_like(xs).to(DEVICE)
+    _round_at_kernel[(1,)](xs.to(DEVICE), es.int().to(DEVICE), y, xs.numel(), BLOCK=256)
+    want = round_e2m1_pow2(xs, 6.0 * exp2i(es.float()))
+    assert torch.equal(_bits(y.cpu()), _bits(want)) and not want.any()
+
+
+@triton.jit
+def _round_nan_kernel(p_x, p_y, p_ys, p_yat, n, BLOCK: tl.constexpr):
     o = tl.arange(0, BLOCK)
     x = tl.load(p_x + o, mask=o < n)
     tl.store(p_y + o, round_e2m1_kernel(x), mask=o < n)
     tl.store(p_ys + o, round_e2m1_signed_kernel(x), mask=o < n)
+    tl.store(p_yat + o, round_e2m1_at(x, o * 0 - 3), mask=o < n)
 
 
 def test_round_e2m1_keeps_every_nan():
@@ -233,9 +294,9 @@ def test_round_e2m1_keeps_every_nan():
     from O and dV on the all-4-bit route."""
     nan_bits = torch.tensor([0x7FFFFFFF, 0x7FC00000, 0x7F800001, 0x7FFF8000, -1, -0x400000], dtype=torch.int32)
     x = nan_bits.view(torch.float32).to(DEVICE)
-    y, ys = torch.empty_like(x), torch.empty_like(x)
-    _round_nan_kernel[(1,)](x, y, ys, x.numel(), BLOCK=8)
-    assert torch.isnan(y).all() and torch.isnan(ys).all()
+    y, ys, yat = torch.empty_like(x), torch.empty_like(x), torch.empty_like(x)
+    _round_nan_kernel[(1,)](x, y, ys, yat, x.numel(), BLOCK=8)
+    assert torch.isnan(y).all() and torch.isnan(ys).all() and torch.isnan(yat).all()
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

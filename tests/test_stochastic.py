@@ -11,7 +11,7 @@ import triton.language as tl
 import flamia
 from flamia import Recipe
 from flamia.formats import E2M1_VALUES, round_to_e2m1_stochastic
-from flamia.formats.random_bits import grad_bits, row_key, uniform24
+from flamia.formats.random_bits import ROUND_BITS, grad_bits, round_bits, row_key
 from flamia.kernels.bwd_math import grad_words
 from flamia.workload import make_packed_inputs
 
@@ -48,8 +48,8 @@ def test_seeds_out_of_range_are_named():
 
 
 def test_words_look_like_independent_uniform_bits():
-    """On a 512 x 512 tile of each stream: every bit set half the time, uniforms with mean 1/2
-    and variance 1/12, no correlation between neighbouring rows, keys or the two streams (all
+    """On a 512 x 512 tile of each stream: every bit set half the time, the rounding's bits as
+    uniforms with mean 1/2 and variance 1/12, no correlation between neighbouring rows, keys or the two streams (all
     within 5 standard errors), and as many distinct words as 2^18 random ones would give."""
     rows, keys = torch.arange(512)[:, None] + 3 * 2 ** 20, torch.arange(512)[None, :] + 77
     words = [grad_bits(12345, stream, rows, keys) for stream in (0, 1)]
@@ -57,37 +57,54 @@ def test_words_look_like_independent_uniform_bits():
     for w in words:
         bits = (w.flatten()[:, None] >> torch.arange(32)) & 1
         assert (bits.float().mean(0) - 0.5).abs().max() <= 5 * 0.5 / n ** 0.5
-        u = uniform24(w).double()
+        u = _uniforms(w)
         assert abs(u.mean() - 0.5) <= 5 * (1 / 12 / n) ** 0.5
         assert abs(u.var() - 1 / 12) <= 5 * (1 / 180 / n) ** 0.5
         c = u - 0.5
         for a, b in ((c[1:], c[:-1]), (c[:, 1:], c[:, :-1]), (c[1:, 1:], c[:-1, :-1])):
             assert abs((a * b).mean() / (1 / 12)) <= 5 / a.numel() ** 0.5
         assert w.unique().numel() >= n - 3 * n * n / 2 ** 33  # birthday collisions: n^2 / 2^33 expected
-    c0, c1 = (uniform24(w).double() - 0.5 for w in words)
+    c0, c1 = (_uniforms(w) - 0.5 for w in words)
     assert abs((c0 * c1).mean() / (1 / 12)) <= 5 / n ** 0.5
+
+
+def _uniforms(words: torch.Tensor) -> torch.Tensor:
+    """The bits a stochastic rounding takes from each word, as uniforms in [0, 1) (fp64)."""
+    return round_bits(words).double() / 2 ** ROUND_BITS
 
 
 def test_stochastic_rounding_is_exact_and_unbiased():
     """Grid values stay; others go to a grid neighbour with the probability that keeps the
-    mean: over stratified uniforms the mean is x within one stratum's weight."""
+    mean: over stratified words the mean is x within one stratum's weight."""
     grid = torch.tensor(E2M1_VALUES)
     grid = torch.cat([grid, -grid])
-    assert torch.equal(round_to_e2m1_stochastic(grid, torch.rand(grid.shape)), grid)
+    assert torch.equal(round_to_e2m1_stochastic(grid, torch.randint(0, 2 ** 32, grid.shape)), grid)
     x = torch.tensor([0.1, 0.3, -0.7, 1.2, 1.99, 2.5, -3.3, 4.5, 5.9])
     n = 4096
-    u = ((torch.arange(n) + 0.5) / n)[:, None].expand(n, x.numel())
-    rounded = round_to_e2m1_stochastic(x.expand(n, -1), u)
+    words = (torch.arange(n) * (2 ** 32 // n) + 2 ** 31 // n)[:, None].expand(n, x.numel())
+    rounded = round_to_e2m1_stochastic(x.expand(n, -1), words)
     assert all(set(rounded[:, i].tolist()) <= set(grid.tolist()) for i in range(x.numel()))
     spans = (rounded.amax(0) - rounded.amin(0)).abs()
     assert torch.all(spans <= torch.tensor([0.5, 0.5, 0.5, 0.5, 0.5, 1, 1, 2, 2]))  # neighbours only
     assert torch.allclose(rounded.mean(0), x, atol=2.0 / n)
-    assert round_to_e2m1_stochastic(torch.tensor([7.0, -9.0]), torch.zeros(2)).tolist() == [6.0, -6.0]
+    assert round_to_e2m1_stochastic(torch.tensor([7.0, -9.0]), torch.zeros(2, dtype=torch.long)).tolist() == [6.0, -6.0]
 
 
-def test_uniforms_are_multiples_of_two_to_minus_24():
-    u = uniform24(torch.tensor([0, 255, 256, 0xFFFFFFFF]))
-    assert u.tolist() == [0.0, 0.0, 2.0 ** -24, 1 - 2.0 ** -24]
+def test_stochastic_rounding_adds_the_words_top_bits():
+    """A magnitude goes up exactly when the word's top 22 bits are below its 22 bits under the
+    kept one: 1.25 (halfway from 1 to 1.5) and 0.3 (0.6 of the way from 0 to 0.5, through
+    1.3's bits) at the words on either side of the threshold."""
+    def word(r):  # a uint32 word whose top 22 bits are r
+        return r << (32 - ROUND_BITS)
+
+    x = torch.tensor([1.25, 1.25, -0.3, -0.3])
+    frac03 = (torch.tensor(1.3).view(torch.int32).item() & (2 ** ROUND_BITS - 1))
+    words = torch.tensor([word(2 ** 21 - 1), word(2 ** 21), word(frac03 - 1), word(frac03) + 2 ** 10 - 1])
+    assert round_to_e2m1_stochastic(x, words).tolist() == [1.5, 1.0, -0.5, -0.0]
+
+
+def test_round_bits_are_the_words_top_bits():
+    assert round_bits(torch.tensor([0, 1023, 1024, 0xFFFFFFFF])).tolist() == [0, 0, 1, 2 ** ROUND_BITS - 1]
 
 
 def test_recipe_default_and_validation():

@@ -4,6 +4,8 @@ values into BF16, which holds every E2M1 x E4M3 product exactly.
 """
 import torch
 
+from .random_bits import ROUND_MASK, round_bits
+
 E2M1_MAX = 6.0
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 # Midpoints between neighbours and which side a tie goes to (the one with an even code).
@@ -41,17 +43,20 @@ def round_to_e2m1(x: torch.Tensor) -> torch.Tensor:
     return (torch.round(x / ulp) * ulp).clamp(-E2M1_MAX, E2M1_MAX)
 
 
-def round_to_e2m1_stochastic(x: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """Round to the E2M1 grid stochastically (fp32 values): |x| between grid neighbours lo and
-    hi goes to hi when u < (|x| - lo) / (hi - lo), else to lo; the sign is kept; |x| > 6
-    saturates to 6. u: uniforms in [0, 1) shaped like x (``random_bits.uniform24``). Every step is
-    exact in fp32 (the spacing is a power of two), so a kernel that draws the same u rounds
-    alike."""
+def round_to_e2m1_stochastic(x: torch.Tensor, words: torch.Tensor) -> torch.Tensor:
+    """Round to the E2M1 grid stochastically (fp32 values) as a hardware stochastic convert
+    does: 22 random bits (``random_bits.round_bits(words)``, words uint32 in an int64 tensor
+    shaped like x) are added to the 22 bits of |x| below its kept mantissa bit and the sum is
+    truncated, so |x| between grid neighbours lo and hi goes to hi with probability
+    (|x| - lo) / (hi - lo) in steps of 2^-22. Below 1 the kept bit is the spacing's 0.5:
+    those magnitudes go through |x| + 1 (fp32, nearest: their bits below 2^-23 round
+    first) and back. The sign is kept; |x| > 6 saturates to 6. Integer and exact fp32
+    steps, so a kernel that draws the same words rounds alike."""
     x = x.float()
     a = x.abs().clamp(max=E2M1_MAX)
-    ulp = torch.where(a < 2.0, 0.5, torch.where(a < 4.0, 1.0, 2.0))
-    lo = torch.floor(a / ulp) * ulp
-    mag = torch.where(u < (a - lo) / ulp, lo + ulp, lo)
+    off = (a < 1.0).float()
+    z = (a + off).view(torch.int32) + (ROUND_MASK - round_bits(words)).to(torch.int32)
+    mag = (z & ~ROUND_MASK).view(torch.float32) - off
     return torch.where(x < 0, -mag, mag)
 
 

@@ -20,6 +20,8 @@ MASK = 0xFFFFFFFF
 MIX_A, MIX_B = 0x7FEB352D, 0x846CA68B
 KEY_MUL = 0x9E3779B9
 STREAMS = (0x68E31DA4, 0xB5297A4D)  # G in dQ (its row groups), G in dK (its column groups)
+ROUND_BITS = 22  # random bits a stochastic rounding adds below E2M1's kept mantissa bit
+ROUND_MASK = (1 << ROUND_BITS) - 1
 
 
 def mix32(x: torch.Tensor) -> torch.Tensor:
@@ -53,6 +55,7 @@ def grad_bits(seed: int, stream: int, rows: torch.Tensor, keys: torch.Tensor) ->
     return mix32(row_key(seed, stream, rows) ^ key_key(keys))
 
 
-def uniform24(bits: torch.Tensor) -> torch.Tensor:
-    """fp32 in [0, 1) from the top 24 bits of uint32 words (int64): exact, multiples of 2^-24."""
-    return (bits >> 8).float() * 2.0 ** -24
+def round_bits(words: torch.Tensor) -> torch.Tensor:
+    """The ROUND_BITS random bits (int64, in [0, 2^22)) that a stochastic rounding takes from
+    uint32 words (int64 tensor): their top bits."""
+    return words >> (32 - ROUND_BITS)

@@ -107,7 +107,7 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
     applied is exact either way. qry = (m, rf, rq, deltad) of ``query_factors`` and vf = 2^eV,
     each [N]; o_i, o_k: query and key positions [N] in the document; geo: ``visible``'s;
     MASK: apply the visibility rule by selection on P and the payload (a constexpr, or a
-    runtime flag in the Gluon dQ kernel). P4 (``fwd_math.p4_values``; TO_LAYOUT and TILE as
+    runtime flag in the Gluon kernels). P4 (``fwd_math.p4_values``; TO_LAYOUT and TILE as
     there): 0 none; 1 the mixed route's 4-bit P where DIAG (the tile lies in a diagonal
     forward tile, ``fwd_math.diagonal_tile``) is false, its group maxima over the visible
     keys; 2 the leaking ablation's, on every tile with group maxima over the in-bounds keys;
@@ -117,6 +117,27 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
     G = W 2^(eK - eV) in the dQ orientation and W^T in the dK/dV one, whose key factors are
     constant along its rows (the epilogue's). Powers of two scale exactly, so G has W's
     rounding. The payload is 0 where the pair is not visible."""
+    if P4 == 3:
+        # 4-bit P on every tile selects under MASK twice (its group maxima, then the payload),
+        # and with a runtime MASK the compiler computed both selections' compares on every
+        # step, masked or not: one branch around the tile keeps them on the masked steps. The
+        # other routes' unmasked steps are no shorter so, and spill more (PERFORMANCE.md).
+        if MASK:
+            b_pc, b_g = _grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS, True, CODES,
+                                     INTERPRET, P4, DIAG, TO_LAYOUT, TILE)
+        else:
+            b_pc, b_g = _grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS, False, CODES,
+                                     INTERPRET, P4, DIAG, TO_LAYOUT, TILE)
+    else:
+        b_pc, b_g = _grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS, MASK, CODES, INTERPRET,
+                                 P4, DIAG, TO_LAYOUT, TILE)
+    return b_pc, b_g
+
+
+@triton.jit
+def _grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.constexpr, MASK, CODES: tl.constexpr,
+                 INTERPRET: tl.constexpr, P4: tl.constexpr, DIAG, TO_LAYOUT: tl.constexpr, TILE: tl.constexpr):
+    """``grad_scores``' body."""
     K_AXIS: tl.constexpr = 1 - Q_AXIS
     m, rf, rq, deltad = qry
     vf = tl.expand_dims(vf, Q_AXIS)

@@ -9,6 +9,7 @@ import triton.language as tl
 
 from ..formats.e2m1 import E2M1_MAX
 from ..formats.nvfp4 import NVFP4_G_SHIFT, NVFP4_GROUP
+from ..formats.random_bits import ROUND_BITS, ROUND_MASK
 from ..reference.operands_fp4 import TOKEN_GROUP
 from .fp8 import pow2, scale_exponent
 
@@ -16,7 +17,10 @@ GROUP = tl.constexpr(NVFP4_GROUP)  # NVFP4 elements per scale, as a kernel const
 E2M1_EQ = tl.constexpr(2)  # 6 = (1 + 0x400000 / 2^23) * 2^2: scale_exponent's qmax for E2M1
 E2M1_MQ = tl.constexpr(0x400000)
 TOKENS = tl.constexpr(TOKEN_GROUP)  # tokens of one document per scale along a token contraction (G too)
-_U24 = tl.constexpr(2.0 ** -24)
+_ROUND_MASK = tl.constexpr(ROUND_MASK)  # the bits a stochastic rounding adds to (below the kept one)
+_ROUND_KEEP = tl.constexpr(-(ROUND_MASK + 1))  # the kept bits: sign, exponent, one mantissa bit
+_ROUND_SHIFT = tl.constexpr(32 - ROUND_BITS)
+_SPACING_ADD = tl.constexpr((22 << 23) | 0x400000)  # 1.5 * 2^(k + 22) from 2^k's bits: rounds to 2^(k - 1)
 _E2M1_MAX = tl.constexpr(E2M1_MAX)
 _G_SHIFT = tl.constexpr(NVFP4_G_SHIFT)
 
@@ -93,19 +97,38 @@ def round_e2m1_signed(y):
 
 
 @triton.jit
-def round_e2m1_stochastic(y, word):
-    """fp32 y, |y| <= 6 or NaN -> the E2M1 grid stochastically (``formats.e2m1``'s
-    ``round_to_e2m1_stochastic``): |y| between grid neighbours lo < hi goes to hi iff
-    u < (|y| - lo) / (hi - lo), u = (word >> 8) 2^-24 of a uint32 random word; the sign kept.
-    Every step is exact in fp32 (the spacing is a power of two)."""
-    a = tl.abs(y)
-    a = tl.where(a > 6.0, 6.0, a)  # a NaN stays NaN, where tl.minimum would drop it on the GPU
-    step = tl.where(a < 2.0, 0.5, tl.where(a < 4.0, 1.0, 2.0))
-    t = a * tl.where(a < 2.0, 2.0, tl.where(a < 4.0, 1.0, 0.5))  # a / step, exact
-    lo = tl.floor(t)
-    u = (word >> 8).to(tl.float32) * _U24
+def round_e2m1_at(x, e):
+    """``e2m1(x 2^-e) 2^e``, nearest, ties to even (``round_e2m1`` under a power-of-two scale)
+    of fp32 x in [0, 6 2^e] or NaN, int32 e in [-126, 127] broadcast to x, rounded at x's own
+    scale: the E2M1 spacing at scaled magnitudes in [2^k, 2^(k+1)) is 2^(k-1), and 0.5 below
+    1, so at x's scale it is 2^(max(floor(log2 x), e) - 1), and adding and subtracting
+    c = 1.5 * 2^23 times the spacing rounds to it. c's bits are the larger exponent field
+    plus a constant: four operations per value, against nine to scale by 2^-e, round
+    (``round_e2m1``) and scale back. A NaN's exponent field wraps the sum negative, so it
+    takes e's c and stays NaN. An e above 105 counts as 105 (c's exponent field would pass
+    254): exact for x < 2^103, which rounds to 0 under either (4-bit P is at most 2^tau, while
+    the leaking ablation's group maxima over masked keys reach any e)."""
+    b = x.to(tl.int32, bitcast=True)
+    e = tl.minimum(e, 105)
+    c = tl.maximum((b & 0x7F800000) + _SPACING_ADD, ((e + 127) << 23) + _SPACING_ADD)
+    c = c.to(tl.float32, bitcast=True)
+    return (x + c) - c
+
+
+@triton.jit
+def round_e2m1_stochastic_at(y, pe, word):
+    """fp32 y under the power-of-two scale pe = 2^e (broadcast to y; |y| <= 6 pe or NaN) ->
+    ``sign(y) e2m1_sr(|y| / pe) pe``, the stochastic rounding of ``formats.e2m1``'s
+    ``round_to_e2m1_stochastic`` with the uint32 random words ``word``, at y's own scale: the
+    magnitude's 22 bits below the kept one plus ``round_bits(word)``, truncated; magnitudes
+    below pe (scaled below 1, whose kept bit is the spacing's 0.5) through their sum with pe.
+    Powers of two scale exactly, so the bits are the scaled rounding's times pe."""
+    a = tl.minimum(tl.abs(y), 6.0 * pe)  # a NaN may become 6 pe here; _with_sign puts it back
+    off = tl.where(a < pe, pe, 0.0)
+    z = (a + off).to(tl.int32, bitcast=True) + (_ROUND_MASK - (word >> _ROUND_SHIFT).to(tl.int32))
+    mag = (z & _ROUND_KEEP).to(tl.float32, bitcast=True) - off
     # the reference's sign is where(y < 0, -mag, mag): -0 gives +0
-    return _with_sign(tl.where(u < t - lo, lo + 1.0, lo) * step, y, (y < 0).to(tl.int32) << 31)
+    return _with_sign(mag, y, (y < 0).to(tl.int32) << 31)
 
 
 @triton.jit
@@ -129,12 +152,11 @@ def e2m1_grad(b_g, b_word, STOCHASTIC: tl.constexpr):
     C: tl.constexpr = b_g.shape[1]
     b_x = tl.reshape(b_g, [R, C // TOKENS, TOKENS])
     e = tl.expand_dims(scale_exponent(tl.max(tl.abs(b_x), axis=2), E2M1_EQ, E2M1_MQ), 2)  # [R, C / 16, 1]
-    b_y = b_x * pow2(-e)
     if STOCHASTIC:
-        b_r = round_e2m1_stochastic(b_y, tl.reshape(b_word, [R, C // TOKENS, TOKENS]))
+        b_r = round_e2m1_stochastic_at(b_x, pow2(e), tl.reshape(b_word, [R, C // TOKENS, TOKENS]))
     else:
-        b_r = round_e2m1_signed(b_y)
-    return tl.reshape(b_r * pow2(e), [R, C])
+        b_r = round_e2m1_signed(b_x * pow2(-e)) * pow2(e)
+    return tl.reshape(b_r, [R, C])
 
 
 @triton.jit

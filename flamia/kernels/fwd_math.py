@@ -10,7 +10,7 @@ import triton
 import triton.language as tl
 
 from ..formats.bitexp import SCHRAUDOLPH_OFFSET
-from .fp4 import E2M1_EQ, E2M1_MQ, round_e2m1, round_int
+from .fp4 import E2M1_EQ, E2M1_MQ, round_e2m1_at, round_int
 from .fp8 import code_grid, pow2, pow2_reciprocal, scale_exponent, to_codes
 from .layout import T_ALIGN
 
@@ -91,7 +91,7 @@ def p4_values(b_p, b_src, LOG_SRC: tl.constexpr, K_AXIS: tl.constexpr, TO_LAYOUT
     if LOG_SRC:
         b_max = tl.exp2(b_max)
     b_eg = tl.expand_dims(scale_exponent(b_max, E2M1_EQ, E2M1_MQ), K_AXIS + 1)  # [R, C / 32, 1] or [R / 32, 1, C]
-    return TO_LAYOUT(tl.reshape(round_e2m1(b_g * pow2(-b_eg)) * pow2(b_eg), [R, C]), LAYOUT)
+    return TO_LAYOUT(tl.reshape(round_e2m1_at(b_g, b_eg), [R, C]), LAYOUT)
 
 
 @triton.jit

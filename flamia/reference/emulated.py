@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..formats.hadamard import hadamard_transform
-from ..formats.random_bits import grad_bits, uniform24
+from ..formats.random_bits import grad_bits
 from ..formats.scales import exp2i
 from ..recipes import Recipe, resolve_recipe
 from ..scaling import prefix_v_exponent
@@ -243,9 +243,9 @@ def rebuild_p_trace(fwd: EmulatedForward) -> list[tuple[int, torch.Tensor]]:
     return [(t.k0, _rebuild_p(r, t, m, fwd.numerics)) for t in _key_tiles(lay, fwd.tiles.fwd_block_n, fwd.tiles)]
 
 
-def _grad_uniforms(lay: DocLayout, spec: AttnSpec, tile, heads: int,
-                   total_q: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The uniforms that round G stochastically on one key tile (NUMERICS.md 6): the words of
+def _grad_words(lay: DocLayout, spec: AttnSpec, tile, heads: int,
+                total_q: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The uint32 words (int64) that round G stochastically on one key tile (NUMERICS.md 6) of
     streams 0 (G in dQ) and 1 (G in dK) at packed row h * Tq + i and packed key j
     (``formats.random_bits``), each [B, H, Lq, C]."""
     rows = lay.packing_q.index  # [B, Lq]
@@ -253,7 +253,7 @@ def _grad_uniforms(lay: DocLayout, spec: AttnSpec, tile, heads: int,
     head = torch.arange(heads, device=rows.device)
     packed_rows = head[None, :, None, None] * total_q + rows[:, None, :, None]  # [B, H, Lq, 1]
     keys = keys[:, None, None, :]  # [B, 1, 1, C]
-    return tuple(uniform24(grad_bits(spec.seed, stream, packed_rows, keys)) for stream in (0, 1))
+    return tuple(grad_bits(spec.seed, stream, packed_rows, keys) for stream in (0, 1))
 
 
 def emulate_backward(fwd: EmulatedForward, do: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -293,13 +293,13 @@ def emulate_backward(fwd: EmulatedForward, do: torch.Tensor) -> tuple[torch.Tens
         ds = pd * (dp - delta[..., None])
         g = (ds * qg[..., None]) * kg[:, :, None, k0:k1]            # [B, H, Lq, C]
 
-        u_dq = u_dk = None
+        w_dq = w_dk = None
         if spec.recipe.rounds_grad_stochastically:
-            u_dq, u_dk = _grad_uniforms(lay, spec, tile, h, q.shape[0])
-            u_dq, u_dk = u_dq.unflatten(-1, (chunk // dqn, dqn)), u_dk.unflatten(2, (lq // bm, bm))
+            w_dq, w_dk = _grad_words(lay, spec, tile, h, q.shape[0])
+            w_dq, w_dk = w_dq.unflatten(-1, (chunk // dqn, dqn)), w_dk.unflatten(2, (lq // bm, bm))
         g_rows = g.unflatten(-1, (chunk // dqn, dqn))               # [B, H, Lq, S, dqn]
         e_row = num.grad_exponent(g_rows.abs().amax(-1))            # [B, H, Lq, S]
-        g_dq = num.round_grad(g_rows * exp2i(-e_row)[..., None], u_dq)
+        g_dq = num.round_grad(g_rows * exp2i(-e_row)[..., None], w_dq)
         dq_steps = _on_diagonal(  # [B, H, Lq, S, D]
             lambda c: torch.einsum("bhqsn,bhsnd->bhqsd", g_dq, c[:, :, k0:k1].unflatten(2, (chunk // dqn, dqn))),
             kgc, k_diag, lambda: tile.diagonal(tiles.dq_block_m, tiles.dq_block_n)[..., ::dqn, None])
@@ -307,7 +307,7 @@ def emulate_backward(fwd: EmulatedForward, do: torch.Tensor) -> tuple[torch.Tens
 
         g_cols = g.unflatten(2, (lq // bm, bm))                     # [B, H, T, bm, C]
         e_col = num.grad_exponent(g_cols.abs().amax(3))             # [B, H, T, C]
-        g_dk = num.round_grad(g_cols * exp2i(-e_col)[:, :, :, None, :], u_dk)
+        g_dk = num.round_grad(g_cols * exp2i(-e_col)[:, :, :, None, :], w_dk)
         dk_acc[:, :, k0:k1] += (torch.einsum("bhtmc,bhtmd->bhtcd", g_dk, q_steps) * exp2i(e_col)[..., None]).sum(2)
         p_steps = pq.unflatten(2, (lq // bm, bm))
         dv_acc[:, :, k0:k1] += (torch.einsum("bhtmc,bhtmd->bhtcd", p_steps, dot_steps)

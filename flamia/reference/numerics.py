@@ -85,9 +85,9 @@ class Numerics:
         as the hardware's satfinite convert would."""
         return round_to_e4m3(y, saturate=not self.recipe.check_saturation)
 
-    def round_grad(self, y: torch.Tensor, u: "torch.Tensor | None" = None) -> torch.Tensor:
-        """G (already scaled into range) -> its E4M3 values. u: the uniforms of a route that
-        rounds G stochastically (``Recipe.rounds_grad_stochastically``), else None."""
+    def round_grad(self, y: torch.Tensor, words: "torch.Tensor | None" = None) -> torch.Tensor:
+        """G (already scaled into range) -> its E4M3 values. words: the random words of a route
+        that rounds G stochastically (``Recipe.rounds_grad_stochastically``), else None."""
         return round_to_e4m3(y)
 
     def grad_exponent(self, amax: torch.Tensor) -> torch.Tensor:
@@ -132,7 +132,7 @@ class Bf16Numerics(Numerics):
     def round_p(self, y):
         return y.to(torch.bfloat16).float()
 
-    def round_grad(self, y, u=None):
+    def round_grad(self, y, words=None):
         return y.to(torch.bfloat16).float()
 
     def grad_exponent(self, amax):

@@ -134,8 +134,8 @@ class Fp4Numerics(Nvfp4Numerics):
         """V is E2M1 values here (no E4M3 operand): the folded 4-bit P multiplies as it is."""
         return y
 
-    def round_grad(self, y, u=None):
-        return round_to_e2m1(y) if u is None else round_to_e2m1_stochastic(y, u)
+    def round_grad(self, y, words=None):
+        return round_to_e2m1(y) if words is None else round_to_e2m1_stochastic(y, words)
 
     def grad_groups(self, tiles: NumericsTiles) -> tuple[int, int]:
         """G in both products: 16 tokens of one document per scale, as the other operands."""
