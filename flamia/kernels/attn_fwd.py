@@ -25,7 +25,7 @@ import triton.language as tl
 from ..masks import effective_window
 from .attn_fwd_gluon import attn_fwd_gluon_kernel, operand_descriptors
 from .configs import E4M3, AttnTiles, format_of
-from .fp8 import interpreting, maybe_masked_load, mma, pow2, to_output
+from .fp8 import code_grid, interpreting, maybe_masked_load, mma, pow2, pow2_reciprocal, to_codes, to_output
 from .fwd_math import diagonal_tile, finish_rows, program_geometry, scores_to_codes, visible_keys
 from .layout import check_operand, mma_token_order, transposed_extent
 from .records import key_records, packed_key_factors
@@ -38,11 +38,29 @@ HEAD_DIMS = (64, 128)
 
 
 @triton.jit
+def block_sums(b_pf, b_vf, SUMS_ARG, SUM_BLOCK: tl.constexpr, CODES: tl.constexpr, INTERPRET: tl.constexpr):
+    """``fwd_math.scores_to_codes``' BLOCK_SUMS on the CUDA cores: (the E4M3 codes of the folded
+    b_pf [BM, BN] fp32, the sums of their values per SUM_BLOCK keys [BM, BN / SUM_BLOCK] fp32,
+    1 / vf of each block [BN / SUM_BLOCK] from b_vf [BN], its first key's: the block's keys
+    past the document read other words, and their codes are 0). The sums are exact: a block
+    holds at most 32 codes on one V scale, multiples of 2^-9 below 2^9, so every partial sum
+    fits fp32's 24 bits and any order gives the Gluon forward's MMA sums. SUMS_ARG: unused
+    (the Gluon forward's operand)."""
+    BM: tl.constexpr = b_pf.shape[0]
+    BN: tl.constexpr = b_pf.shape[1]
+    b_grid = code_grid(b_pf, CODES, INTERPRET)
+    b_sums = tl.sum(tl.reshape(b_grid, [BM, BN // SUM_BLOCK, SUM_BLOCK]), 2)  # [BM, NB]
+    first = tl.arange(0, SUM_BLOCK)[None, :] == 0
+    b_vinv = tl.sum(tl.where(first, tl.reshape(pow2_reciprocal(b_vf), [BN // SUM_BLOCK, SUM_BLOCK]), 0.0), 1)
+    return to_codes(b_grid, CODES, INTERPRET), b_sums, b_vinv
+
+
+@triton.jit
 def _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k, p_vt, p_vtd, p_krec, k_lo, b_first, b_last,
                  n_k, n_vt, heads_kv, tk_t, diag, len_k,
                  TAU: tl.constexpr, D: tl.constexpr, BN: tl.constexpr, MASK: tl.constexpr,
-                 CODES: tl.constexpr, P4: tl.constexpr, ROW_SUM: tl.constexpr, APPROX_EXP: tl.constexpr,
-                 ALL4: tl.constexpr, INTERPRET: tl.constexpr):
+                 CODES: tl.constexpr, P4: tl.constexpr, ROW_SUM: tl.constexpr, SUM_BLOCK: tl.constexpr,
+                 APPROX_EXP: tl.constexpr, ALL4: tl.constexpr, INTERPRET: tl.constexpr):
     """One key tile, steps 1-7 of NUMERICS.md 3. p_k, p_vt, p_krec point at the
     document's first key (K^ row, V^T column, ``key_records``); k_lo: the tile's first key position
     in the document; b_first, b_last [BM]: each row's visible keys (MASK tiles only);
@@ -70,7 +88,8 @@ def _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k, p_vt, p_vtd, p_krec, k_l
     b_s = mma(b_q, tl.trans(b_k), tl.zeros([b_q.shape[0], BN], tl.float32), INTERPRET)  # [BM, BN]
     b_pq, b_alpha, b_l, b_m_new = scores_to_codes(b_s * b_kf[None, :], b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first,
                                                   b_last, TAU, MASK, CODES, INTERPRET, P4=P4, DIAG=diag,
-                                                  ROW_SUM=ROW_SUM, n_k=len_k, APPROX_EXP=APPROX_EXP)
+                                                  ROW_SUM=ROW_SUM, n_k=len_k, APPROX_EXP=APPROX_EXP,
+                                                  SUM_BLOCK=SUM_BLOCK, BLOCK_SUMS=block_sums)
     if CODES == tl.bfloat16:
         # BF16 MMAs accumulate in full fp32: P^ V^ adds into the rescaled acc inside the MMA.
         b_acc = mma(mma_token_order(b_pq, CODES), tl.trans(b_vt), b_acc * b_alpha[:, None], INTERPRET)
@@ -88,10 +107,10 @@ def _attn_fwd_kernel(p_q, p_qe, p_k, p_vt, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt
                      total_q, total_k, tk_t, heads_q, heads_kv, s2, window_left, window_right, p_vtd,
                      TAU: tl.constexpr, SIGMA: tl.constexpr, D: tl.constexpr,
                      BM: tl.constexpr, BN: tl.constexpr, CODES: tl.constexpr, P4: tl.constexpr,
-                     ROW_SUM: tl.constexpr, DIAG_BM: tl.constexpr, APPROX_EXP: tl.constexpr,
-                     ALL4: tl.constexpr, INTERPRET: tl.constexpr):
+                     ROW_SUM: tl.constexpr, SUM_BLOCK: tl.constexpr, DIAG_BM: tl.constexpr,
+                     APPROX_EXP: tl.constexpr, ALL4: tl.constexpr, INTERPRET: tl.constexpr):
     """One ((document, query tile), query head) program; see the module docstring. P4, ROW_SUM,
-    APPROX_EXP: ``fwd_math.scores_to_codes``'; DIAG_BM: the query rows over which the 4-bit P decides
+    SUM_BLOCK, APPROX_EXP: ``fwd_math.scores_to_codes``'; DIAG_BM: the query rows over which the 4-bit P decides
     diagonal tiles (BM, or a multiple: the ``fwd_diag_block_m`` ablation); ALL4, p_vtd:
     ``_attend_tile``'s (p_vtd None otherwise)."""
     doc, tile = program_tile(p_work, width)  # longest documents, and their last tiles, first
@@ -129,7 +148,8 @@ def _attn_fwd_kernel(p_q, p_qe, p_k, p_vt, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt
             b_acc, b_l, b_m = _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k_doc, p_vt_doc, p_vtd_doc,
                                            p_krec_doc, t * BN, b_first, b_last, total_k - k_start, tk_t - k_start_t,
                                            heads_kv, tk_t, diag, len_k,
-                                           TAU, D, BN, run != 1, CODES, P4, ROW_SUM, APPROX_EXP, ALL4, INTERPRET)
+                                           TAU, D, BN, run != 1, CODES, P4, ROW_SUM, SUM_BLOCK, APPROX_EXP, ALL4,
+                                           INTERPRET)
 
     b_ro, b_lse, b_m = finish_rows(b_l, b_m, b_pv, SIGMA)
     b_o = to_output(b_acc * b_ro[:, None], p_o.dtype.element_ty, INTERPRET)
@@ -223,8 +243,12 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
     grid = (work.shape[1], hq)
     rest = (key_rec, pv, cu_seqlens_q, cu_seqlens_k, cu_seqlens_k_t, work, work.shape[1], out, lse, m, ro,
             tq, tk, tk_t, hq, hkv, softmax_scale * LOG2E, wl, wr)
+    # l from the codes sums each V scale block's E4M3 codes first (exact; ``block_sums``), where
+    # key tiles hold whole blocks (the Gluon kernel's always do)
+    sum_block = scale_block if row_sum == 2 and fmt == E4M3 and tiles.fwd_block_n % scale_block == 0 else 1
     common = dict(TAU=tau, SIGMA=sigma, D=d, BM=tiles.fwd_block_m, BN=tiles.fwd_block_n, CODES=fmt.codes, P4=p4,
-                  ROW_SUM=row_sum, DIAG_BM=diag_block_m, APPROX_EXP=approx_exp, num_warps=tiles.fwd_warps)
+                  ROW_SUM=row_sum, SUM_BLOCK=sum_block, DIAG_BM=diag_block_m, APPROX_EXP=approx_exp,
+                  num_warps=tiles.fwd_warps)
     if tiles.fwd_gluon and not interpreting():
         q_desc, k_desc, vt_desc, vtd_desc = operand_descriptors(q_codes, k_codes, v_codes_t, tiles.fwd_block_m,
                                                                 tiles.fwd_block_n, v_codes_t_diag)

@@ -22,15 +22,19 @@ emulator. The layouts name one warpgroup (4 warps, 64 query rows) per program.
 """
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
+                                                               warpgroup_mma_wait)
 
-from .fp8 import pow2, to_output
+from .fp8 import e4m3_with_f16, pow2, pow2_reciprocal, to_output
 from .fwd_math import diagonal_tile, finish_rows, program_geometry, scores_to_codes, visible_keys
-from .gluon_tma import code_descriptors, copy_barriers, mma_layout, register_a_layout, relayout, tma_load, wait_copy
+from .gluon_tma import (WARPS, code_descriptors, copy_barriers, mma_layout, register_a_layout, relayout, tma_load,
+                        wait_copy)
 from .launch import PACKING_INTS
 from .layout import mma_token_order
-from .records import block_key_records, record_factors
+from .records import UNIT_FACTORS, block_key_records, record_factors
 from .worklist import program_tile
+
+SUM_N = gl.constexpr(8)  # columns of the row sum's MMA, one per V scale block of a key tile (wgmma's least n)
 
 
 @gluon.jit
@@ -68,14 +72,77 @@ def _issue_scores(q_s, k_s, bars, j, BM: gl.constexpr, BN: gl.constexpr, STAGES:
     return warpgroup_mma(q_s, k_s.index(j % STAGES).permute((1, 0)), b_zero, use_acc=False, is_async=True)
 
 
+@gluon.jit
+def _block_indicator(BN: gl.constexpr, SUM_BLOCK: gl.constexpr):
+    """[SUM_N, BN] f16 in shared memory, 1 where key k lies in block c (k // SUM_BLOCK == c),
+    else 0: the B operand (transposed) of the row sum's MMA. Visible to wgmma once fenced."""
+    IND_L: gl.constexpr = gl.BlockedLayout([1, BN // 32], [1, 32], [WARPS, 1], [1, 0])
+    o_c = gl.arange(0, SUM_N, layout=gl.SliceLayout(1, IND_L))
+    o_k = gl.arange(0, BN, layout=gl.SliceLayout(0, IND_L))
+    b_ind = gl.where(o_k[None, :] // SUM_BLOCK == o_c[:, None], 1.0, 0.0).to(gl.float16)  # [SUM_N, BN]
+    ind_s = gl.allocate_shared_memory(gl.float16, [SUM_N, BN], gl.NVMMASharedLayout.get_default_for([SUM_N, BN],
+                                                                                                     gl.float16), b_ind)
+    fence_async_shared()
+    return ind_s
+
+
+@gluon.jit
+def _block_vinv(p_krec_doc, k_lo, n_k, BN: gl.constexpr, SUM_BLOCK: gl.constexpr):
+    """1 / vf [SUM_N] fp32 of the key tile's V scale blocks from key k_lo (a block's first
+    key's word; 1 past the tile's blocks or the tensor), in the row sum's column layout."""
+    o_c = gl.arange(0, SUM_N, layout=gl.SliceLayout(0, mma_layout(SUM_N, gl.float16)))
+    k = k_lo + o_c * SUM_BLOCK
+    rec = gl.load(p_krec_doc + k, mask=(o_c < BN // SUM_BLOCK) & (k < n_k), other=UNIT_FACTORS)
+    return pow2_reciprocal(record_factors(rec)[1])
+
+
+@gluon.constexpr_function
+def _row_quads(layout):
+    """An accumulator's linear layout with its registers reordered (the same registers, so a
+    conversion moves nothing) so that each 4 consecutive ones hold one row's 4 columns of a
+    16-column group, which ``e4m3_with_f16`` packs into one register: the FP8 register A
+    operand's packing, where the accumulator's own order packs two rows' pairs."""
+    regs = [list(b) for b in layout.reg_bases]
+    second_row, second_pair = regs.index([8, 0]), regs.index([0, 8])
+    regs[second_row], regs[second_pair] = regs[second_pair], regs[second_row]
+    return gl.DistributedLinearLayout(regs, layout.lane_bases, layout.warp_bases, layout.block_bases, layout.shape)
+
+
+@gluon.jit
+def _mma_block_sums(b_pf, b_vf, SUMS_ARG, SUM_BLOCK: gl.constexpr, CODES: gl.constexpr, INTERPRET: gl.constexpr):
+    """``attn_fwd.block_sums`` (its arguments and results, the sums [BM, SUM_N] with zeros
+    past the tile's blocks) through one FP16 MMA: the codes' values as exact f16 pairs
+    (``e4m3_with_f16``), already in the register A operand's layout, against the block
+    indicator; the sums are exact (``block_sums``), so they are the CUDA cores' bit for bit,
+    and the 64 conversions back to fp32, the 64 multiplies by 1 / vf and the add tree per
+    thread and tile leave the CUDA cores. SUMS_ARG: (``_block_indicator``, ``_block_vinv``).
+    The wait also waits for the next tile's scores, issued before: they ran under this
+    tile's softmax."""
+    ind_s, b_vinv = SUMS_ARG
+    BM: gl.constexpr = b_pf.shape[0]
+    BN: gl.constexpr = b_pf.shape[1]
+    SUM_L: gl.constexpr = mma_layout(SUM_N, gl.float16)
+    S_L: gl.constexpr = b_pf.type.layout
+    PAIRS_L: gl.constexpr = _row_quads(gl.to_linear_layout(S_L, [BM, BN]))
+    b_pq, b_p16 = e4m3_with_f16(gl.convert_layout(b_pf, PAIRS_L, assert_trivial=True))  # [BM, BN] codes, f16 values
+    b_pq = gl.convert_layout(b_pq, S_L, assert_trivial=True)
+    b_p16 = gl.convert_layout(b_p16, S_L, assert_trivial=True)
+    b_a = gl.convert_layout(relayout(b_p16, mma_layout(BN, gl.float16)), register_a_layout(SUM_L, gl.float16),
+                            assert_trivial=True)
+    b_sums = warpgroup_mma(b_a, ind_s.permute((1, 0)), gl.zeros([BM, SUM_N], gl.float32, layout=SUM_L),
+                           use_acc=False, is_async=True)
+    return b_pq, warpgroup_mma_wait(0, deps=(b_sums,)), b_vinv      # [BM, SUM_N] sums
+
+
 @gluon.jit(do_not_specialize=PACKING_INTS)
 def attn_fwd_gluon_kernel(q_desc, p_qe, k_desc, vt_desc, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt, p_work, width,
                           p_o, p_lse, p_mo, p_ro,
                           total_q, total_k, tk_t, heads_q, heads_kv, s2, window_left, window_right, vtd_desc,
                           TAU: gl.constexpr, SIGMA: gl.constexpr, D: gl.constexpr,
                           BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, SCALE_BLOCK: gl.constexpr,
-                          CODES: gl.constexpr, P4: gl.constexpr, ROW_SUM: gl.constexpr, DIAG_BM: gl.constexpr,
-                          APPROX_EXP: gl.constexpr, SCORE_CODES: gl.constexpr, ALL4: gl.constexpr):
+                          CODES: gl.constexpr, P4: gl.constexpr, ROW_SUM: gl.constexpr, SUM_BLOCK: gl.constexpr,
+                          DIAG_BM: gl.constexpr, APPROX_EXP: gl.constexpr, SCORE_CODES: gl.constexpr,
+                          ALL4: gl.constexpr):
     """``attn_fwd._attn_fwd_kernel``'s arguments and outputs (BM = 64, 4 warps), with Q^, K^
     and V^T as TMA descriptors of their 2-D views [Tq, Hq D], [Tk, Hkv D], [Hkv D, Tk_t]
     (blocks [BM, D], [BN, D], [D, BN]); Q^ and K^ in SCORE_CODES (the mixed NVFP4 route's
@@ -102,6 +169,9 @@ def attn_fwd_gluon_kernel(q_desc, p_qe, k_desc, vt_desc, p_krec, p_pv, p_cu_q, p
     k_s = gl.allocate_shared_memory(SCORE_CODES, [STAGES, BN, D], k_desc.layout)
     v_s = gl.allocate_shared_memory(CODES, [STAGES, D, BN], vt_desc.layout)
     bars = copy_barriers(STAGES + 1)  # the last: Q^'s
+    ind_s = None
+    if SUM_BLOCK > 1:  # l from the codes' block sums by an MMA (``_mma_block_sums``)
+        ind_s = _block_indicator(BN, SUM_BLOCK)
     # Rows of Q^ past the document are the next document's (or zeros): their outputs are not
     # stored. Tiles past t_hi are copied too and never read, so the loop needs no bounds on
     # its copies; the last STAGES - 2 of them are waited for before the program ends.
@@ -144,9 +214,13 @@ def attn_fwd_gluon_kernel(q_desc, p_qe, k_desc, vt_desc, p_krec, p_pv, p_cu_q, p
         # carries it without ~64 register moves per tile.
         s_next = _issue_scores(q_s, k_s, bars, j + 1, BM, BN, STAGES, S_L)
         diag = diagonal_tile(t, diag_i0, len_q, len_k, off, wl, wr, DIAG_BM, BN)
+        sums_arg = None
+        if SUM_BLOCK > 1:
+            sums_arg = (ind_s, _block_vinv(p_krec_doc, t * BN, n_k, BN, SUM_BLOCK))
         b_pq, b_alpha, b_l, b_m = scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU,
                                                   (t < u_lo) | (t >= u_hi), CODES, False, relayout, ROW,
-                                                  P4, diag, S_L, ROW_SUM, len_k, APPROX_EXP)
+                                                  P4, diag, S_L, ROW_SUM, len_k, APPROX_EXP, SUM_BLOCK,
+                                                  _mma_block_sums, sums_arg)
         # E4M3: P^ V^ from zero, added in fp32; BF16: into the rescaled acc inside the MMA
         # (attn_fwd._attend_tile says why).
         b_pq = relayout(b_pq, SP_L)

@@ -131,6 +131,25 @@ def e4m3_grid(x, INTERPRET: tl.constexpr):
 
 
 @triton.jit
+def e4m3_with_f16(x):
+    """fp32 -> (float8e4nv codes, float16 of the codes' values), round to nearest even,
+    saturating at 448 (as ``to_e4m3`` on the GPU): one conversion to E4M3 pairs, then one
+    widening to f16 pairs, exact (E4M3 lies inside f16), the operand of an MMA over the codes'
+    values. Made from x, not from the fp8 tensor: converting an fp8 tensor that feeds a wgmma
+    is what Triton 3.6 miscompiles (``e4m3_grid``). GPU only."""
+    return tl.inline_asm_elementwise(
+        """{
+        .reg .b16 lo, hi;
+        cvt.rn.satfinite.e4m3x2.f32 lo, $4, $3;
+        cvt.rn.satfinite.e4m3x2.f32 hi, $6, $5;
+        mov.b32 $0, {lo, hi};
+        cvt.rn.f16x2.e4m3x2 $1, lo;
+        cvt.rn.f16x2.e4m3x2 $2, hi;
+        }""",
+        "=r,=r,=r,r,r,r,r", [x], dtype=(tl.float8e4nv, tl.float16), is_pure=True, pack=4)
+
+
+@triton.jit
 def mul_rn(x, y, INTERPRET: tl.constexpr):
     """x * y in fp32, rounded on its own (broadcast like ``*``). ptxas contracts a product and
     an add that uses it into one fma, which rounds once, and which product of a pair stays

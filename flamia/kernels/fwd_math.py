@@ -146,7 +146,8 @@ def _row_tree(x, IS_MAX: tl.constexpr, LEAVES: tl.constexpr):
 def scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU: tl.constexpr, MASK,
                     CODES: tl.constexpr, INTERPRET: tl.constexpr, TO_ROWS: tl.constexpr = same_layout,
                     ROWS: tl.constexpr = None, P4: tl.constexpr = 0, DIAG=True, TILE: tl.constexpr = None,
-                    ROW_SUM: tl.constexpr = 0, n_k=0, APPROX_EXP: tl.constexpr = False):
+                    ROW_SUM: tl.constexpr = 0, n_k=0, APPROX_EXP: tl.constexpr = False,
+                    SUM_BLOCK: tl.constexpr = 1, BLOCK_SUMS: tl.constexpr = None, SUMS_ARG=None):
     """NUMERICS.md 3's steps 1 (after the product) to 6 on one tile of key-scaled scores
     b_y = (Q^ K^T) * kf[None, :] [BM, BN] fp32 (the caller's multiply, so that a kernel may
     free the product's registers before its next product): the query factors, the mask
@@ -157,8 +158,12 @@ def scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU: 
     ablation's, on every tile with group maxima over the document's n_k keys, masked or not;
     3 the all-4-bit route's, on every tile.
     ROW_SUM (``configs.row_sum_mode``): l adds 0 p, 1 the 4-bit values (``p4_sum_quantized``),
-    2 the values of the codes without the V fold (``p_sum_codes``). APPROX_EXP: P from Schraudolph's
-    exponential (``fwd_approx_exp``). TILE: b_y's layout for TO_ROWS (Gluon).
+    2 the values of the codes without the V fold (``p_sum_codes``): with SUM_BLOCK > 1 (the keys
+    that share vf, from the document's first: E4M3 codes' V scale block) summed per block by
+    BLOCK_SUMS(b_pf, b_vf, SUMS_ARG, SUM_BLOCK, CODES, INTERPRET) -> (P^ codes, block sums
+    [BM, NB], 1 / vf per block [NB]) (``attn_fwd.block_sums``; the Gluon forward's, an MMA),
+    else per key. APPROX_EXP: P from Schraudolph's exponential
+    (``fwd_approx_exp``). TILE: b_y's layout for TO_ROWS (Gluon).
     Returns (P^ [BM, BN] in the operand format CODES, alpha [BM], l [BM], m [BM])."""
     # x = (S qf) kf of NUMERICS.md 3, in another order with the same bits: qf and kf are
     # powers of two, so y = S kf and y qf are exact, max(x) = qf max(y), and exp2's argument
@@ -194,9 +199,16 @@ def scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU: 
     # (p vf) rf as the contract writes it: the backward's p (vf rf) would make vf rf inf on a
     # hidden key (eV - PV reaches 220 there) and its p = 0 a NaN code (NUMERICS.md 4).
     b_pf = (b_p * b_vf[None, :]) * b_rf[:, None]  # [BM, BN]
-    if ROW_SUM == 2:  # the codes' values in fp32 (exact), then the V fold undone per key and row
-        b_pf = code_grid(b_pf, CODES, INTERPRET)
-        b_used = b_pf * pow2_reciprocal(b_vf)[None, :]  # [BM, BN]
-        b_l = b_l * b_alpha + TO_ROWS(tl.sum(_row_tree(b_used, False, 8), 1), ROWS) * pow2_reciprocal(b_rf)
-    b_pq = to_codes(b_pf, CODES, INTERPRET)  # [BM, BN]
+    if ROW_SUM == 2 and SUM_BLOCK > 1:
+        # The codes' values summed per block of keys that share vf (exact, in any order), the
+        # V fold undone per block, the blocks added in halves: the order BLOCK_SUMS' callers share.
+        b_pq, b_sums, b_vinv = BLOCK_SUMS(b_pf, b_vf, SUMS_ARG, SUM_BLOCK, CODES, INTERPRET)  # [BM, NB], [NB]
+        b_used = tl.sum(_row_tree(b_sums * b_vinv[None, :], False, 1), 1)  # [BM]
+        b_l = b_l * b_alpha + TO_ROWS(b_used, ROWS) * pow2_reciprocal(b_rf)
+    else:
+        if ROW_SUM == 2:  # per key (per-token V exponents, BF16 codes): the codes' values, the V fold undone
+            b_pf = code_grid(b_pf, CODES, INTERPRET)
+            b_used = b_pf * pow2_reciprocal(b_vf)[None, :]  # [BM, BN]
+            b_l = b_l * b_alpha + TO_ROWS(tl.sum(_row_tree(b_used, False, 8), 1), ROWS) * pow2_reciprocal(b_rf)
+        b_pq = to_codes(b_pf, CODES, INTERPRET)  # [BM, BN]
     return b_pq, b_alpha, b_l, b_m_new
