@@ -25,7 +25,8 @@ import triton.language as tl
 from ..masks import effective_window
 from .attn_fwd_gluon import attn_fwd_gluon_kernel, operand_descriptors
 from .configs import E4M3, AttnTiles, format_of
-from .fp8 import code_grid, interpreting, maybe_masked_load, mma, pow2, pow2_reciprocal, to_codes, to_output
+from .fp8 import (code_grid, interpreting, maybe_masked_load, mma, pow2, pow2_reciprocal, scaled, to_codes,
+                  to_output)
 from .fwd_math import diagonal_tile, finish_rows, program_geometry, scores_to_codes, visible_keys
 from .layout import check_operand, mma_token_order, transposed_extent
 from .records import key_records, packed_key_factors
@@ -86,10 +87,10 @@ def _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k, p_vt, p_vtd, p_krec, k_l
     b_kf, b_vf = packed_key_factors(p_krec, o_n, m_k, MASK)         # [BN] fp32 2^eK, 2^eV
 
     b_s = mma(b_q, tl.trans(b_k), tl.zeros([b_q.shape[0], BN], tl.float32), INTERPRET)  # [BM, BN]
-    b_pq, b_alpha, b_l, b_m_new = scores_to_codes(b_s * b_kf[None, :], b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first,
-                                                  b_last, TAU, MASK, CODES, INTERPRET, P4=P4, DIAG=diag,
-                                                  ROW_SUM=ROW_SUM, n_k=len_k, APPROX_EXP=APPROX_EXP,
-                                                  SUM_BLOCK=SUM_BLOCK, BLOCK_SUMS=block_sums)
+    b_y = scaled(b_s, b_kf[None, :], CODES)  # [BM, BN]
+    b_pq, b_alpha, b_l, b_m_new = scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU, MASK,
+                                                  CODES, INTERPRET, P4=P4, DIAG=diag, ROW_SUM=ROW_SUM, n_k=len_k,
+                                                  APPROX_EXP=APPROX_EXP, SUM_BLOCK=SUM_BLOCK, BLOCK_SUMS=block_sums)
     if CODES == tl.bfloat16:
         # BF16 MMAs accumulate in full fp32: P^ V^ adds into the rescaled acc inside the MMA.
         b_acc = mma(mma_token_order(b_pq, CODES), tl.trans(b_vt), b_acc * b_alpha[:, None], INTERPRET)

@@ -25,7 +25,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                                warpgroup_mma_wait)
 
-from .fp8 import e4m3_with_f16, pow2, pow2_reciprocal, to_output
+from .fp8 import e4m3_with_f16, pow2, pow2_reciprocal, scaled, to_output
 from .fwd_math import diagonal_tile, finish_rows, program_geometry, scores_to_codes, visible_keys
 from .gluon_tma import (WARPS, code_descriptors, copy_barriers, mma_layout, register_a_layout, relayout, tma_load,
                         wait_copy)
@@ -207,7 +207,7 @@ def attn_fwd_gluon_kernel(q_desc, p_qe, k_desc, vt_desc, p_krec, p_pv, p_cu_q, p
         # The slot tile j - 1 used is free: both its products have completed.
         _copy_key_tile(k_desc, vt_desc, vtd_desc, k_s, v_s, bars, (j + STAGES - 1) % STAGES, t + STAGES - 1, hk,
                        k_start, k_start_t, diag_i0, len_q, len_k, off, wl, wr, D, BN, DIAG_BM, ALL4)
-        b_y = b_s * b_kf[None, :]                                   # [BM, BN]
+        b_y = scaled(b_s, b_kf[None, :], CODES)                     # [BM, BN]
         # The next tile's scores run under this tile's softmax (after the last tile, on
         # keys no row reads: one product per program is spent to keep the loop uniform).
         # Issued once b_s is read, its product can take b_s's registers: the loop then

@@ -9,8 +9,8 @@ import triton
 import triton.language as tl
 
 from .fp4 import e2m1_grad
-from .fp8 import E4M3_EQ, E4M3_MQ, code_grid, mul_rn, pow2, pow2_reciprocal, scale_exponent, to_e4m3, to_output
-from .fwd_math import diagonal_tile, p4_values, same_layout
+from .fp8 import E4M3_EQ, E4M3_MQ, mul_rn, pow2, pow2_reciprocal, scale_exponent, scaled, to_e4m3, to_output
+from .fwd_math import diagonal_tile, p4_values, p_grid, same_layout
 from .hadamard import rotate
 from .layout import T_ALIGN as _T_ALIGN
 from .random_bits import key_key, mix32, row_key
@@ -149,7 +149,7 @@ def _grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.con
         b_xm = tl.fma(b_s, row_x[:, None] * col_x[None, :], -tl.expand_dims(m, K_AXIS))
     else:
         # dK/dV: col_x, the queries' 2^eQ, changes per column, so S col_x comes first.
-        b_xm = tl.fma(b_s * col_x[None, :], row_x[:, None], -tl.expand_dims(m, K_AXIS))
+        b_xm = tl.fma(scaled(b_s, col_x[None, :], CODES), row_x[:, None], -tl.expand_dims(m, K_AXIS))
     b_p = tl.math.exp2(b_xm)
     if P4 == 2:
         b_src = b_xm
@@ -168,7 +168,7 @@ def _grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.con
     # garbage (NaN dK, different from run to run).
     # The V fold as one multiply by vf rf: one value per query and key block, which the
     # compiler computes once per block; the same codes as the forward's (p vf) rf (NUMERICS.md 4).
-    b_pcf = code_grid(b_p * (vf * tl.expand_dims(rf, K_AXIS)), CODES, INTERPRET)
+    b_pcf = p_grid(b_p * (vf * tl.expand_dims(rf, K_AXIS)), CODES, P4, INTERPRET)
     # ((P^ ro)((dP 2^edO) vf - D)) 2^eQ with 2^edO and 2^eQ moved onto ro and D (records.query_records)
     if Q_AXIS == 0:
         # dQ: G = W 2^(eK - eV), the key's powers of two folded into rq: one factor per row

@@ -150,6 +150,26 @@ def e4m3_with_f16(x):
 
 
 @triton.jit
+def bf16_grid(x, INTERPRET: tl.constexpr):
+    """fp32 -> fp32 on the BF16 grid, round to nearest even (``round_bf16``'s values; a NaN
+    stays a NaN). On the GPU a round trip through the hardware conversions, about 1.5
+    instructions per value against 6 on the bits, in one asm block, so no bf16 tensor that
+    could also feed a wgmma is ever converted back (``e4m3_grid``)."""
+    if INTERPRET:
+        return round_bf16(x)
+    return tl.inline_asm_elementwise(
+        """{
+        .reg .b16 lo, hi;
+        .reg .b32 h;
+        cvt.rn.bf16x2.f32 h, $3, $2;
+        mov.b32 {lo, hi}, h;
+        cvt.f32.bf16 $0, lo;
+        cvt.f32.bf16 $1, hi;
+        }""",
+        "=r,=r,r,r", [x], dtype=tl.float32, is_pure=True, pack=2)
+
+
+@triton.jit
 def mul_rn(x, y, INTERPRET: tl.constexpr):
     """x * y in fp32, rounded on its own (broadcast like ``*``). ptxas contracts a product and
     an add that uses it into one fma, which rounds once, and which product of a pair stays
@@ -247,12 +267,24 @@ def to_codes(x, CODES: tl.constexpr, INTERPRET: tl.constexpr):
 
 
 @triton.jit
+def scaled(x, f, CODES: tl.constexpr):
+    """x * f for f an operand's power-of-two factor (broadcast to x). BF16 codes carry no
+    exponents (every one is 0, so f = 1): there x itself, bit for bit, and no multiply per
+    element."""
+    if CODES == tl.bfloat16:
+        y = x
+    else:
+        y = x * f
+    return y
+
+
+@triton.jit
 def code_grid(x, CODES: tl.constexpr, INTERPRET: tl.constexpr):
     """fp32 -> fp32 on the grid of CODES, round to nearest even (``e4m3_grid`` for E4M3).
     BF16 rounds on the bits, not through a bf16 tensor: a converted tensor that also feeds a
     wgmma is what Triton 3.6 miscompiles for FP8 (``e4m3_grid``)."""
     if CODES == tl.bfloat16:
-        y = round_bf16(x)
+        y = bf16_grid(x, INTERPRET)
     else:
         y = e4m3_grid(x, INTERPRET)
     return y

@@ -11,7 +11,7 @@ import triton.language as tl
 
 from ..formats.bitexp import SCHRAUDOLPH_OFFSET
 from .fp4 import E2M1_EQ, E2M1_MQ, round_e2m1_at, round_int
-from .fp8 import code_grid, pow2, pow2_reciprocal, scale_exponent, to_codes
+from .fp8 import code_grid, pow2, pow2_reciprocal, scale_exponent, scaled, to_codes
 from .layout import T_ALIGN
 
 LN2 = tl.constexpr(math.log(2.0))
@@ -92,6 +92,18 @@ def p4_values(b_p, b_src, LOG_SRC: tl.constexpr, K_AXIS: tl.constexpr, TO_LAYOUT
         b_max = tl.exp2(b_max)
     b_eg = tl.expand_dims(scale_exponent(b_max, E2M1_EQ, E2M1_MQ), K_AXIS + 1)  # [R, C / 32, 1] or [R / 32, 1, C]
     return TO_LAYOUT(tl.reshape(round_e2m1_at(b_g, b_eg), [R, C]), LAYOUT)
+
+
+@triton.jit
+def p_grid(b_pf, CODES: tl.constexpr, P4: tl.constexpr, INTERPRET: tl.constexpr):
+    """The folded P values b_pf on the grid of CODES (``fp8.code_grid``), exact fp32. With 4-bit
+    P on every tile (P4 2 or 3) in BF16 codes they are already there: E2M1 values times powers
+    of two, two significant bits within BF16's (fp32's) exponents, so the rounding is skipped."""
+    if CODES == tl.bfloat16 and P4 >= 2:
+        b_grid = b_pf
+    else:
+        b_grid = code_grid(b_pf, CODES, INTERPRET)
+    return b_grid
 
 
 @triton.jit
@@ -198,7 +210,7 @@ def scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU: 
         b_l = b_l * b_alpha + TO_ROWS(tl.sum(_row_tree(b_p, False, 8), 1), ROWS)
     # (p vf) rf as the contract writes it: the backward's p (vf rf) would make vf rf inf on a
     # hidden key (eV - PV reaches 220 there) and its p = 0 a NaN code (NUMERICS.md 4).
-    b_pf = (b_p * b_vf[None, :]) * b_rf[:, None]  # [BM, BN]
+    b_pf = scaled(b_p, b_vf[None, :], CODES) * b_rf[:, None]  # [BM, BN]
     if ROW_SUM == 2 and SUM_BLOCK > 1:
         # The codes' values summed per block of keys that share vf (exact, in any order), the
         # V fold undone per block, the blocks added in halves: the order BLOCK_SUMS' callers share.
@@ -207,8 +219,8 @@ def scores_to_codes(b_y, b_qf, b_vf, b_rf, b_l, b_m, o_n, b_first, b_last, TAU: 
         b_l = b_l * b_alpha + TO_ROWS(b_used, ROWS) * pow2_reciprocal(b_rf)
     else:
         if ROW_SUM == 2:  # per key (per-token V exponents, BF16 codes): the codes' values, the V fold undone
-            b_pf = code_grid(b_pf, CODES, INTERPRET)
-            b_used = b_pf * pow2_reciprocal(b_vf)[None, :]  # [BM, BN]
+            b_pf = p_grid(b_pf, CODES, P4, INTERPRET)
+            b_used = scaled(b_pf, pow2_reciprocal(b_vf)[None, :], CODES)  # [BM, BN]
             b_l = b_l * b_alpha + TO_ROWS(tl.sum(_row_tree(b_used, False, 8), 1), ROWS) * pow2_reciprocal(b_rf)
         b_pq = to_codes(b_pf, CODES, INTERPRET)  # [BM, BN]
     return b_pq, b_alpha, b_l, b_m_new
