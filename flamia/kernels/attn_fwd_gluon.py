@@ -226,7 +226,10 @@ def attn_fwd_gluon_kernel(q_desc, p_qe, k_desc, vt_desc, p_krec, p_pv, p_cu_q, p
         b_pq = relayout(b_pq, SP_L)
         b_p_op = gl.convert_layout(mma_token_order(b_pq, CODES), P_L, assert_trivial=True)
         if CODES == gl.bfloat16:
-            b_acc = b_acc * gl.convert_layout(b_alpha, gl.SliceLayout(1, O_L))[:, None]
+            # alpha is 1 on every row unless a row's max rose past tau, and acc * 1 is acc: the
+            # rescale (64 multiplies per thread) runs only then, at the cost of one reduction
+            if gl.min(b_alpha, axis=0) < 1.0:
+                b_acc = b_acc * gl.convert_layout(b_alpha, gl.SliceLayout(1, O_L))[:, None]
             b_acc = warpgroup_mma(b_p_op, v_s.index(j % STAGES).permute((1, 0)), b_acc, is_async=True)
             b_acc = warpgroup_mma_wait(0, deps=(b_acc,))           # [BM, D]
         else:
