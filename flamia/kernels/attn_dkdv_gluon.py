@@ -117,15 +117,21 @@ def _issue_scores(k_s, v_s, q_s, do_s, bars, n, STAGES: gl.constexpr, SUB: gl.co
 
 
 @gluon.jit
-def _half_factors(rec_s, REC_L: gl.constexpr, QRY: gl.constexpr):
+def _half_factors(rec_s, REC_L: gl.constexpr, QRY: gl.constexpr, SCALE_BLOCK: gl.constexpr):
     """(qg, (m, rf, rq, deltad)) [SUB] each, in the S^T accumulator's column layout, of a half
     step's query records rec_s [SUB, 4] in shared memory (``query_factors``). Records are read
     as copied: a query past the document holds the next rows' finite words (or TMA's zeros),
     and only masked steps reach past the document, where the visibility rule makes its P, and
-    so its W, zero."""
+    so its W, zero. With SCALE_BLOCK > 1 a half step is one scale block of queries (32 from a
+    multiple of 32 past the document's first), so qg is its first row's 2^eQ in every column:
+    one value, which ``grad_scores`` folds into its factor per key row."""
     m_q, rq, deltad, qg, rf = query_record_fields(rec_s.load(REC_L))  # [SUB] each
-    return query_factors((_columns(m_q, QRY), _columns(rq, QRY), _columns(deltad, QRY), _columns(qg, QRY),
-                          _columns(rf, QRY)))
+    qg = _columns(qg, QRY)
+    if SCALE_BLOCK > 1:
+        W_L: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [WARPS, 1], [1, 0])
+        qg0 = query_record_fields(rec_s.slice(0, 1).load(W_L))[3]  # [1]
+        qg = gl.full([rec_s.shape[0]], 1.0, gl.float32, layout=QRY) * gl.max(qg0, axis=0)
+    return query_factors((_columns(m_q, QRY), _columns(rq, QRY), _columns(deltad, QRY), qg, _columns(rf, QRY)))
 
 
 @gluon.jit
@@ -249,7 +255,7 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
             e_dot = gl.load(p_dote + (q_start + j * BM) * heads_q + h_q).to(gl.int32)
         # Each half's query factors are read and decoded while its S^T and dP^T run (the
         # step's records came with its codes: _issue_scores waited for them).
-        qg, qry = _half_factors(rec_s.index(slot).slice(0, SUB), REC_L, QRY)
+        qg, qry = _half_factors(rec_s.index(slot).slice(0, SUB), REC_L, QRY, SCALE_BLOCK)
         diag = forward_diagonal(j * BM, k0, geo, FBM, FBN)
         b_st, b_dpt = warpgroup_mma_wait(0, deps=(s_nxt, dp_nxt))   # [BN, SUB] S^T, dP^T before their factors
         if BM == 2 * SUB:  # the second half's products run under the first half's payload
@@ -257,7 +263,7 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
         b_pc0, b_w0 = grad_scores(relayout(b_st, S_L), b_dpt, sx, qg, qry, vf, j * BM + o_j, o_k, geo, 1, masked,
                                   CODES, False, P4, diag, relayout, S_L)
         if BM == 2 * SUB:
-            qg, qry = _half_factors(rec_s.index(slot).slice(SUB, SUB), REC_L, QRY)
+            qg, qry = _half_factors(rec_s.index(slot).slice(SUB, SUB), REC_L, QRY, SCALE_BLOCK)
             b_st, b_dpt = warpgroup_mma_wait(0, deps=(s_nxt, dp_nxt))
             b_pc1, b_w1 = grad_scores(relayout(b_st, S_L), b_dpt, sx, qg, qry, vf, j * BM + SUB + o_j, o_k, geo, 1,
                                       masked, CODES, False, P4, diag, relayout, S_L)

@@ -141,15 +141,12 @@ def _grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.con
     K_AXIS: tl.constexpr = 1 - Q_AXIS
     m, rf, rq, deltad = qry
     vf = tl.expand_dims(vf, Q_AXIS)
-    # x - m with x = (S row_x) col_x: a power of two applied is exact, so both orders below
-    # give x bit for bit, and the fused multiply-add rounds once, as the subtraction does.
-    if Q_AXIS == 0:
-        # dQ: col_x, the keys' 2^eK, is one value per scale block (``block_key_records``), so
-        # the compiler forms the factor row_x col_x once per row and block, not per score.
-        b_xm = tl.fma(b_s, row_x[:, None] * col_x[None, :], -tl.expand_dims(m, K_AXIS))
-    else:
-        # dK/dV: col_x, the queries' 2^eQ, changes per column, so S col_x comes first.
-        b_xm = tl.fma(scaled(b_s, col_x[None, :], CODES), row_x[:, None], -tl.expand_dims(m, K_AXIS))
+    # x - m with x = S (row_x col_x): col_x is a power of two, so the factor is exact and the
+    # fused multiply-add rounds x - m once, as the contract's (S qf) kf and subtraction do.
+    # Where col_x is one value per scale block (the keys' 2^eK in dQ, ``block_key_records``;
+    # a half step's queries' 2^eQ in the Gluon dK/dV) the compiler forms the factor once per
+    # row and block, not per score.
+    b_xm = tl.fma(b_s, scaled(row_x[:, None], col_x[None, :], CODES), -tl.expand_dims(m, K_AXIS))
     b_p = tl.math.exp2(b_xm)
     if P4 == 2:
         b_src = b_xm
