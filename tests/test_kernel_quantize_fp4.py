@@ -333,5 +333,8 @@ def test_score_codes_match_the_mixed_routes_operand(hadamard, block):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("hadamard", [False, True])
-def test_score_codes_real_size_on_gpu(hadamard):
-    _assert_score_codes_match((1000, 4096, 333), 16, 128, 32, hadamard, seed=12)
+@pytest.mark.parametrize("block", [32, 1])
+def test_score_codes_real_size_on_gpu(hadamard, block):
+    """Per-token exponents (block 1) give every token of a 16-token group its own factor, which
+    must follow the token to its column in the transposed codes' order."""
+    _assert_score_codes_match((1000, 4096, 333), 16, 128, block, hadamard, seed=12)

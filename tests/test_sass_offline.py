@@ -78,3 +78,22 @@ def test_rotated_quantizer_butterflies_stay_in_registers(tmp_path, option):
     copies, rest = divmod(r["opcodes"]["FADD"], 7 * 128)
     assert rest == 0 and copies in (1, 2) and r["opcodes"].get("SHFL", 0) <= copies * 5, r["opcodes"]
     assert r["LDL/STL"] == 0
+
+
+@needs_cuobjdump
+def test_rotated_quantizer_forms_nvfp4_groups_in_registers(tmp_path):
+    """The mixed NVFP4 route's Q/K launch is the same Gluon kernel: a row's 16-element groups
+    lie in its thread, so the only exchange between threads is still the block maximum, and
+    NVFP4's x / (s g) takes no division per element (``fp4.divide_by_scale``): the divisions
+    left are three per group (its scale's reciprocal, the rounded-up ratio and its check).
+    The kernel has no loop, so each spilled value costs one local store and load per program:
+    fewer than a quarter of a row's 128 (with a division per element, ptxas spilled 400 per
+    operand's copy; Triton 3.6 leaves 8, 3.8 24)."""
+    out = tmp_path / "sass.json"
+    assert sass_offline.main(["--workload", "logu11-16k", "--recipe", "nvfp4", "--kernels", "^rotated_operand_kernel$",
+                              "--out", str(out)]) == 0
+    (r,) = json.loads(out.read_text())["kernels"].values()
+    copies = 2 if r["opcodes"]["FADD"] > 2000 else 1  # Triton 3.6: a copy of the unit per operand (above)
+    assert r["opcodes"].get("SHFL", 0) <= copies * 5, r["opcodes"]
+    assert r["opcodes"].get("FCHK", 0) == copies * 3 * (128 // 16), r["opcodes"]
+    assert r["LDL/STL"] < copies * 32

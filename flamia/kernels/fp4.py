@@ -22,7 +22,7 @@ _ROUND_KEEP = tl.constexpr(-(ROUND_MASK + 1))  # the kept bits: sign, exponent, 
 _ROUND_SHIFT = tl.constexpr(32 - ROUND_BITS)
 _SPACING_ADD = tl.constexpr((22 << 23) | 0x400000)  # 1.5 * 2^(k + 22) from 2^k's bits: rounds to 2^(k - 1)
 _E2M1_MAX = tl.constexpr(E2M1_MAX)
-_G_SHIFT = tl.constexpr(NVFP4_G_SHIFT)
+G_SHIFT = tl.constexpr(NVFP4_G_SHIFT)
 
 # fp32 x + 1.5 * 2^23 - 1.5 * 2^23 rounds |x| < 2^22 to an integer, ties to even.
 _ROUND = tl.constexpr(12582912.0)
@@ -182,31 +182,68 @@ def _group_scales(b_amax16, b_g):
 
 
 @triton.jit
+def divide_by_scale(x, s, g):
+    """x / (s * g) in fp32 for an E4M3 scale s > 0 and a power of two g = 2^eg >= 2^-126 with
+    |x| <= 1792 g (x in a block whose exponent gives g), without a division per element:
+    the quotient a / s of a = x * 2^f (f = min(64 - eg, 127), exact) through s's reciprocal
+    and one correction, r = a - q s exact in an fma and q + r / s rounded once (Markstein;
+    tests/test_kernel_fp4_divide.py checks every significand against every scale), then
+    scaled back by 2^-(f + eg). Equal to ``tl.math.div_rn(x, s * g)`` wherever that is a
+    nonzero normal fp32 number; below 2^-126 equal to it in being zero or not, and in sign
+    where not, all that E2M1 rounding reads (a zero may come as +0 where div_rn gives -0).
+    Why a = x * 2^f: a quotient a / s that loses bits below 2^-126 belongs to an x / (s g)
+    below 2^-181, and 2^f keeps a normal where |x| is; a division per element costs about
+    ten instructions and an out-of-line slow path, which spills the one-row-per-thread
+    Q/K launch."""
+    eg = ((g.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
+    f = tl.minimum(64 - eg, 127)
+    a = x * pow2(f)
+    y = tl.math.div_rn(1.0, s)  # one per scale
+    q = a * y
+    q = tl.fma(tl.fma(-q, s, a), y, q)
+    return q * pow2(-(f + eg))
+
+
+@triton.jit
+def group_ratios(b_groups, b_g):
+    """NVFP4 of rows split into their 16-element groups, b_groups [U, D / 16, 16] fp32, with
+    per-row g = 2^(e - 2) b_g [U, 1, 1] fp32 (``formats.nvfp4``): (E4M3 group scales
+    [U, D / 16, 1] fp32, x / (s * g) [U, D / 16, 16] fp32, 0 in a group whose s * g is 0). A
+    non-finite x gives its row NaN scales. Every row's values enter through its own groups and
+    g alone, so the caller picks the layout (a Gluon kernel: a row's groups in one thread)."""
+    b_amax16 = tl.max(tl.abs(b_groups), axis=2, keep_dims=True)  # [U, D / 16, 1]
+    # x * 0 is 0, or NaN for a non-finite x (tl.max drops NaNs on the GPU): NaN scales carry it
+    b_nan = tl.sum(tl.sum(b_groups * 0.0, axis=2, keep_dims=True), axis=1, keep_dims=True)  # [U, 1, 1]
+    b_s = _group_scales(b_amax16, b_g) + b_nan
+    return b_s, tl.where(b_s * b_g > 0, divide_by_scale(b_groups, b_s, b_g), 0.0)
+
+
+@triton.jit
 def nvfp4_groups(b_x, b_e, D: tl.constexpr):
     """NVFP4 along the head dim of rows b_x [U, D] fp32 with per-token exponents b_e [U] int32
-    (g = 2^(e - 2), ``formats.nvfp4``): (E4M3 group scales [U, D / 16] fp32, x / (s * g)
-    [U, D] fp32, 0 in a group whose s * g is 0). A non-finite x gives its row NaN scales."""
+    (``group_ratios``): (E4M3 group scales [U, D / 16] fp32, x / (s * g) [U, D] fp32)."""
     U: tl.constexpr = b_x.shape[0]
-    b_g = pow2(b_e - _G_SHIFT)[:, None]  # [U, 1]
-    b_groups = tl.reshape(b_x, [U, D // GROUP, GROUP])
-    b_amax16 = tl.max(tl.abs(b_groups), axis=2)  # [U, D / 16]
-    # x * 0 is 0, or NaN for a non-finite x (tl.max drops NaNs on the GPU): NaN scales carry it
-    b_s = _group_scales(b_amax16, b_g) + tl.sum(b_x * 0.0, axis=1)[:, None]  # [U, D / 16]
-    b_denom = (b_s * b_g)[:, :, None]  # [U, D / 16, 1]
-    b_scaled = tl.where(b_denom > 0, tl.math.div_rn(b_groups, b_denom), 0.0)
-    return b_s, tl.reshape(b_scaled, [U, D])
+    b_s, b_scaled = group_ratios(tl.reshape(b_x, [U, D // GROUP, GROUP]), pow2(b_e - G_SHIFT)[:, None, None])
+    return tl.reshape(b_s, [U, D // GROUP]), tl.reshape(b_scaled, [U, D])
+
+
+@triton.jit
+def group_score_codes(b_groups, b_g):
+    """The mixed NVFP4 route's score codes of b_groups [U, D / 16, 16] fp32 with per-row g
+    b_g [U, 1, 1] (``group_ratios``): E2M1 value x E4M3 scale x 2^-2 [U, D / 16, 16] fp32,
+    exact in bf16. A negative value that rounds to zero keeps its sign, as the decoded sign
+    bit does."""
+    b_s, b_scaled = group_ratios(b_groups, b_g)
+    # the sign as a bit: a negation may compile to 0 - x, which drops the sign of a zero
+    sign = (b_scaled < 0).to(tl.int32) << 31
+    b_r = (round_e2m1(tl.abs(b_scaled)).to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)
+    return b_r * (b_s * 0.25)
 
 
 @triton.jit
 def score_codes(b_x, b_e, D: tl.constexpr):
-    """The mixed NVFP4 route's score codes [U, D] fp32, exact in bf16
-    (``reference.operands_fp4.nvfp4_operand``): E2M1 value x E4M3 scale x 2^-2 of rows b_x
-    [U, D] fp32 whose per-token exponents b_e [U] int32 are the MXFP8 operand's. A negative
-    value that rounds to zero keeps its sign, as the decoded sign bit does."""
+    """``group_score_codes`` of rows b_x [U, D] fp32 whose per-token exponents b_e [U] int32
+    are the MXFP8 operand's (``reference.operands_fp4.nvfp4_operand``): [U, D] fp32."""
     U: tl.constexpr = b_x.shape[0]
-    b_s, b_scaled = nvfp4_groups(b_x, b_e, D)
-    # the sign as a bit: a negation may compile to 0 - x, which drops the sign of a zero
-    sign = (b_scaled < 0).to(tl.int32) << 31
-    b_r = (round_e2m1(tl.abs(b_scaled)).to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)
-    b_v = tl.reshape(b_r, [U, D // GROUP, GROUP]) * (b_s * 0.25)[:, :, None]
+    b_v = group_score_codes(tl.reshape(b_x, [U, D // GROUP, GROUP]), pow2(b_e - G_SHIFT)[:, None, None])
     return tl.reshape(b_v, [U, D])

@@ -12,6 +12,9 @@ the launchers pass):
   share the exponent range), so ``to_fp32`` moves the bits up 16 places instead;
 - it cannot run inline PTX, so ``e4m3_grid`` rounds there in fp32 arithmetic instead, and
   ``mul_rn`` multiplies plainly (numpy rounds each product on its own anyway);
+- its ``tl.fma`` rounds the product and then the sum (numpy's ``x * y + z``), where the GPU's
+  rounds once; ``fma_f32`` rounds once, and ``_patch_exact_fma`` makes the interpreter use it
+  (``fp4.divide_by_scale`` depends on it);
 - before Triton 3.7 it turns a runtime loop bound into an int with ``int()`` of a one-element
   array, which numpy 2.4 refuses (triton-lang/triton#9171): ``_patch_scalar_index``;
 - Triton 3.8's interpreter keeps a global constexpr times a tensor a constexpr, which
@@ -22,6 +25,7 @@ the launchers pass):
 import functools
 import os
 
+import numpy as np
 import triton
 import triton.language as tl
 
@@ -54,8 +58,43 @@ def _patch_scalar_index() -> None:
     interpreter._patch_lang_tensor = patch
 
 
-if interpreting() and tuple(int(x) for x in triton.__version__.split(".")[:2]) < (3, 7):
-    _patch_scalar_index()
+def fma_f32(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """x * y + z of float32 arrays rounded once to float32, as the GPU's fma. In float64 the
+    product is exact (24 + 24 bits) and TwoSum gives the sum's rounding error exactly; the
+    float32 rounding of the float64 sum is then the fma's except where that sum lies exactly
+    halfway between two float32 neighbours, where the error's sign picks the side."""
+    x64, y64, z64 = (np.asarray(v, dtype=np.float64) for v in (x, y, z))
+    with np.errstate(over="ignore", invalid="ignore"):  # inf * 0, inf - inf and overflow give what fma gives
+        p = x64 * y64
+        s = p + z64
+        b = s - p
+        err = (p - (s - b)) + (z64 - b)  # s + err == p + z exactly
+        r = s.astype(np.float32)
+        r64 = r.astype(np.float64)
+        other = np.nextafter(r, np.where(s > r64, np.float32(np.inf), np.float32(-np.inf)))  # the neighbour on s's side
+        half = (other.astype(np.float64) - r64) / 2
+        beyond = (s - r64 == half) & (err * half > 0)  # a tie in float64 that the exact sum passes
+    return np.where(beyond, other, r)
+
+
+def _patch_exact_fma() -> None:
+    """Make the interpreter's float32 ``tl.fma`` round once (``fma_f32``)."""
+    from triton.runtime import interpreter
+
+    create_fma = interpreter.InterpreterBuilder.create_fma
+
+    def fma(self, x, y, z):
+        if z.data.dtype != np.float32:
+            return create_fma(self, x, y, z)
+        return interpreter.TensorHandle(fma_f32(x.data, y.data, z.data), z.dtype.scalar)
+
+    interpreter.InterpreterBuilder.create_fma = fma
+
+
+if interpreting():
+    _patch_exact_fma()
+    if tuple(int(x) for x in triton.__version__.split(".")[:2]) < (3, 7):
+        _patch_scalar_index()
 
 
 @triton.jit

@@ -408,10 +408,11 @@ def _launch_operands(sides: list[_Side], block: int, hadamard: bool, transposed:
                   UNIT=QUANTIZER.operand_unit, BLOCK=block, HADAMARD_STAGES=d.bit_length() - 1 if hadamard else 0,
                   T_ALIGN=T_ALIGN, PAIR=pair)
     nvfp4 = scores == 1 or fp4  # the launches that form NVFP4 groups
-    if hadamard and transposed and key_rec is None and not nvfp4 and not interpreting():
-        # a token row per thread, so the butterflies stay in registers (rotated_quantizer.py)
+    if hadamard and transposed and key_rec is None and not fp4 and not interpreting():
+        # a token row per thread, so the butterflies and NVFP4's groups stay in registers
+        # (rotated_quantizer.py)
         launch(rotated_operand_kernel, grid, *args, **common, PARTS=QUANTIZER.transposed_parts,
-               ROW_BF16=scores == 2, num_warps=QUANTIZER.rotated_warps)
+               SCORES=scores, num_warps=QUANTIZER.rotated_warps)
         return
     warps = QUANTIZER.nvfp4_warps if nvfp4 else QUANTIZER.rotated_warps if hadamard else QUANTIZER.plain_warps
     launch(_quantize_operand_kernel, grid, *args, **common, p_key_exps=key_exps, p_key_rec=key_rec,

@@ -10,10 +10,13 @@ minimum, no exchange). A row per thread would make each 16-byte load and store o
 touch 32 rows, so the rows arrive and leave in coalesced layouts (16 bytes per thread along
 a row) and change layout through shared memory. The transposed codes leave first and in
 pieces of head-dim rows (``_store_columns``), so the whole tile's moved values are never
-live at once and more warps fit on an SM.
+live at once and more warps fit on an SM. The mixed NVFP4 route's score codes come from the
+same rows: a row's 16-element groups lie in its thread, so their maxima and scales need no
+exchange either.
 
 The arithmetic is the Triton kernel's, through the same helpers (``rotate``,
-``block_exponents``, ``to_e4m3``; layout.py's ``unit_columns``, ``zero_padding``), so the codes
+``block_exponents``, ``to_e4m3``, ``fp4.group_score_codes``; layout.py's ``unit_columns``,
+``zero_padding``), so the codes
 are equal bit for bit; the GPU tests check them against the torch reference. Gluon has no
 CPU interpreter, so under TRITON_INTERPRET ``quantize_operand`` runs the Triton kernel,
 which the CPU suite checks the same way.
@@ -21,6 +24,7 @@ which the CPU suite checks the same way.
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
+from .fp4 import G_SHIFT, GROUP, group_score_codes
 from .fp8 import block_exponents, inf_to_nan, pow2, to_e4m3
 from .hadamard import rotate
 from .launch import PACKING_INTS
@@ -38,35 +42,54 @@ def _rows(t0, end, h, H, UNIT: gl.constexpr, D: gl.constexpr, L: gl.constexpr):
 
 
 @gluon.jit
-def _store_columns(p_t, b_x, d0, o_c, m_c, h, T_t, D: gl.constexpr, PIECE: gl.constexpr, COLS: gl.constexpr,
+def _score_codes(b_x, b_e):
+    """``fp4.score_codes`` of b_x [UNIT, D] fp32 (a token row per thread) on the exponents
+    b_e [UNIT] int32, in a layout that holds each row's 16-element groups in its thread:
+    [UNIT, D] fp32."""
+    UNIT: gl.constexpr = b_x.shape[0]
+    D: gl.constexpr = b_x.shape[1]
+    GROUPS: gl.constexpr = gl.BlockedLayout([1, D // GROUP, GROUP], [32, 1, 1], [gl.num_warps(), 1, 1], [2, 1, 0])
+    b_groups = gl.convert_layout(gl.reshape(b_x, [UNIT, D // GROUP, GROUP]), GROUPS)  # [UNIT, D / 16, 16]
+    b_g = pow2(gl.convert_layout(b_e, gl.SliceLayout(1, gl.SliceLayout(2, GROUPS))) - G_SHIFT)  # [UNIT]
+    return gl.reshape(group_score_codes(b_groups, b_g[:, None, None]), [UNIT, D])
+
+
+@gluon.jit
+def _store_columns(p_t, b_x, b_f, d0, o_c, m_c, h, T_t, D: gl.constexpr, PIECE: gl.constexpr, COLS: gl.constexpr,
                    FINITE: gl.constexpr):
-    """Store the E4M3 codes of b_x [UNIT, C] fp32 (scaled, a token row per thread) as head-dim
-    rows d0..d0+C of head h of the transposed codes [H, D, T_t], at columns o_c where m_c
-    ([UNIT] each, in layout SliceLayout(0, COLS)), PIECE rows at a time: each piece goes
-    through shared memory alone, so the moved values of the whole tile are never live at
-    once (fewer registers per thread, so more warps per SM). FINITE: b_x has no +-inf
-    (``inf_to_nan`` done), else each piece is made so."""
+    """Store the E4M3 codes of b_x [UNIT, C] fp32 (a token row per thread) times b_f as
+    head-dim rows d0..d0+C of head h of the transposed codes [H, D, T_t], at columns o_c where
+    m_c (b_f, o_c, m_c: [UNIT] each, in layout SliceLayout(0, COLS); b_f None: b_x is scaled
+    already), PIECE rows at a time: each piece goes through shared memory alone, so the moved
+    values of the whole tile are never live at once (fewer registers per thread, so more
+    warps per SM). FINITE: b_x has no +-inf (``inf_to_nan`` done), else each piece is made so."""
     UNIT: gl.constexpr = b_x.shape[0]
     C: gl.constexpr = b_x.shape[1]
     if C > PIECE:
         b_lo, b_hi = gl.split(gl.permute(gl.reshape(b_x, [UNIT, 2, C // 2]), [0, 2, 1]))  # [UNIT, C / 2] each
-        _store_columns(p_t, b_lo, d0, o_c, m_c, h, T_t, D, PIECE, COLS, FINITE)
-        _store_columns(p_t, b_hi, d0 + C // 2, o_c, m_c, h, T_t, D, PIECE, COLS, FINITE)
+        _store_columns(p_t, b_lo, b_f, d0, o_c, m_c, h, T_t, D, PIECE, COLS, FINITE)
+        _store_columns(p_t, b_hi, b_f, d0 + C // 2, o_c, m_c, h, T_t, D, PIECE, COLS, FINITE)
     else:
-        if not FINITE:
+        if b_f is None and not FINITE:
             b_x = inf_to_nan(b_x)
         o_d = d0 + gl.arange(0, C, layout=gl.SliceLayout(1, COLS)).to(gl.int64)  # [C] head-dim rows
         # fp32 values move and round after: moved as fp8 or int8, the transposed codes come
         # back wrong (Triton 3.6's layout conversion through shared memory).
         b_t = gl.permute(b_x, [1, 0])  # [C, UNIT]
-        b_t = to_e4m3(gl.convert_layout(mma_token_order(b_t, gl.float8e4nv), COLS), False)
-        gl.store(p_t + column_offsets(o_d, o_c, h, T_t, D), b_t, mask=m_c[None, :])
+        b_t = gl.convert_layout(mma_token_order(b_t, gl.float8e4nv), COLS)
+        if b_f is not None:
+            # the columns hold their tokens in mma_token_order, so the factors move with them
+            b_f = gl.reshape(mma_token_order(gl.expand_dims(b_f, 0), gl.float8e4nv), [UNIT])  # [UNIT]
+            b_t = b_t * gl.convert_layout(b_f, gl.SliceLayout(0, COLS))[None, :]
+            if not FINITE:
+                b_t = inf_to_nan(b_t)
+        gl.store(p_t + column_offsets(o_d, o_c, h, T_t, D), to_e4m3(b_t, False), mask=m_c[None, :])
 
 
 @gluon.jit
 def _rotated_unit(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_work, width, T_t, H, h, num_docs,
                   inv_sqrt_d, D: gl.constexpr, UNIT: gl.constexpr, BLOCK: gl.constexpr, HADAMARD_STAGES: gl.constexpr,
-                  T_ALIGN: gl.constexpr, PARTS: gl.constexpr, ROW_BF16: gl.constexpr):
+                  T_ALIGN: gl.constexpr, PARTS: gl.constexpr, SCORES: gl.constexpr):
     """This program's unit of head h (int64) of one operand."""
     # [UNIT, D]: a token row per thread, for the butterflies. LOAD and STORE: 16 bytes per
     # thread, consecutive threads along a row, so each warp reads and writes whole rows at once
@@ -94,22 +117,30 @@ def _rotated_unit(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_w
     b_x = gl.convert_layout(gl.load(p_x + o_x, mask=m_x, other=0.0), ROWS)  # [UNIT, D]
     b_x = rotate(b_x.to(gl.float32), inv_sqrt_d, HADAMARD_STAGES)
     b_e = gl.convert_layout(block_exponents(b_x, BLOCK), gl.SliceLayout(1, ROWS))  # [UNIT]
-    b_scaled = b_x * pow2(-b_e)[:, None]  # [UNIT, D]
-    if not ROW_BF16:  # E4M3 codes everywhere; BF16 row codes keep an Inf, as torch's cast does
-        b_scaled = inf_to_nan(b_scaled)
     # [UNIT] this unit's columns of codes_t, valid up to its document's next multiple of T_ALIGN
     o_c, m_c = unit_columns(cu_seqlens_t, doc, (end - start).to(gl.int32),
                             unit * UNIT + gl.arange(0, UNIT, layout=gl.SliceLayout(0, COLS)), T_ALIGN)
-    # The transposed codes first, while b_scaled is live anyway: then the row codes' layout
-    # change does not hold b_scaled and the moved values together.
-    _store_columns(p_codes_t, b_scaled, 0, o_c, m_c, h, T_t, D, D // PARTS, COLS, not ROW_BF16)
-    o_x, m_x = _rows(start + unit * UNIT, end, h, H, UNIT, D, STORE)
-    if ROW_BF16:  # bf16_scores: the row codes are S's BF16 codes (quantize._quantize_unit's SCORES 2)
-        gl.store(p_codes + o_x, gl.convert_layout(b_scaled.to(gl.bfloat16), STORE), mask=m_x)
+    if SCORES == 1:
+        # NVFP4 score codes (their 16-element groups lie in one thread) come from x itself, so
+        # the transposed codes scale x piece by piece: x and a scaled copy are never live together.
+        _store_columns(p_codes_t, b_x, gl.convert_layout(pow2(-b_e), gl.SliceLayout(0, COLS)), 0, o_c, m_c, h, T_t,
+                       D, D // PARTS, COLS, False)
+        o_x, m_x = _rows(start + unit * UNIT, end, h, H, UNIT, D, STORE)
+        gl.store(p_codes + o_x, gl.convert_layout(_score_codes(b_x, b_e).to(gl.bfloat16), STORE), mask=m_x)
     else:
-        # The codes change layout as int8: as fp8, a layout change returned wrong codes.
-        b_c = gl.convert_layout(to_e4m3(b_scaled, False).to(gl.int8, bitcast=True), STORE)
-        gl.store(p_codes + o_x, b_c.to(gl.float8e4nv, bitcast=True), mask=m_x)
+        b_scaled = b_x * pow2(-b_e)[:, None]  # [UNIT, D]
+        if SCORES == 0:  # E4M3 codes everywhere; BF16 row codes keep an Inf, as torch's cast does
+            b_scaled = inf_to_nan(b_scaled)
+        # The transposed codes before the row codes, while b_scaled is live anyway: then the
+        # row codes' layout change does not hold b_scaled and the moved values together.
+        _store_columns(p_codes_t, b_scaled, None, 0, o_c, m_c, h, T_t, D, D // PARTS, COLS, SCORES == 0)
+        o_x, m_x = _rows(start + unit * UNIT, end, h, H, UNIT, D, STORE)
+        if SCORES == 2:  # bf16_scores: the row codes are S's BF16 codes
+            gl.store(p_codes + o_x, gl.convert_layout(b_scaled.to(gl.bfloat16), STORE), mask=m_x)
+        else:
+            # The codes change layout as int8: as fp8, a layout change returned wrong codes.
+            b_c = gl.convert_layout(to_e4m3(b_scaled, False).to(gl.int8, bitcast=True), STORE)
+            gl.store(p_codes + o_x, b_c.to(gl.float8e4nv, bitcast=True), mask=m_x)
     o_t = start + unit * UNIT + gl.arange(0, UNIT, layout=gl.SliceLayout(1, ROWS))  # [UNIT] packed rows
     gl.store(p_exps + o_t * H + h, b_e.to(gl.int8), mask=o_t < end)
 
@@ -119,16 +150,17 @@ def rotated_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqle
                            p_x2, p_codes2, p_codes_t2, p_exps2, cu_seqlens2, cu_seqlens_t2, p_work2, width2, T_t2, H2,
                            num_docs, inv_sqrt_d, D: gl.constexpr, UNIT: gl.constexpr, BLOCK: gl.constexpr,
                            HADAMARD_STAGES: gl.constexpr, T_ALIGN: gl.constexpr, PARTS: gl.constexpr,
-                           PAIR: gl.constexpr, ROW_BF16: gl.constexpr):
+                           PAIR: gl.constexpr, SCORES: gl.constexpr):
     """Program ((document, unit), head), UNIT = 32 * num_warps tokens: the arguments and the
     outputs of ``quantize._quantize_operand_kernel`` with the rotation on and the transposed
     codes written (PAIR: heads H.. quantize the second operand); PARTS: the transposed codes
-    leave in PARTS pieces of D / PARTS head-dim rows (``_store_columns``); ROW_BF16: the row
-    codes are BF16 codes on the same exponents (``Recipe.bf16_scores``), the rest E4M3."""
+    leave in PARTS pieces of D / PARTS head-dim rows (``_store_columns``); SCORES: what the
+    row codes hold, as ``quantize._quantize_unit``'s (0 E4M3 codes, 1 the mixed NVFP4 route's
+    score codes, 2 BF16 codes), each on the same exponents; the transposed codes are E4M3."""
     h = gl.program_id(1).to(gl.int64)
     if PAIR and h >= H:
         _rotated_unit(p_x2, p_codes2, p_codes_t2, p_exps2, cu_seqlens2, cu_seqlens_t2, p_work2, width2, T_t2, H2,
-                      h - H, num_docs, inv_sqrt_d, D, UNIT, BLOCK, HADAMARD_STAGES, T_ALIGN, PARTS, ROW_BF16)
+                      h - H, num_docs, inv_sqrt_d, D, UNIT, BLOCK, HADAMARD_STAGES, T_ALIGN, PARTS, SCORES)
     else:
         _rotated_unit(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_work, width, T_t, H, h, num_docs,
-                      inv_sqrt_d, D, UNIT, BLOCK, HADAMARD_STAGES, T_ALIGN, PARTS, ROW_BF16)
+                      inv_sqrt_d, D, UNIT, BLOCK, HADAMARD_STAGES, T_ALIGN, PARTS, SCORES)
