@@ -70,7 +70,7 @@ def launches_of(case, recipe: str) -> dict:
     rec, route = RECIPES[recipe], ROUTES[recipe]
     d = i.q.shape[-1]
     rotate, block = rec.use_hadamard(d), rec.scale_block
-    tiles = tiles_for(d, route.codes)
+    tiles = tiles_for(d, route)
     plan = build_plan(i.cu_seqlens, i.cu_seqlens, i.q.shape[0], i.k.shape[0], tiles)
     work = plan.work("q_operand")
     if route.all4:

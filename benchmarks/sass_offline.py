@@ -91,7 +91,7 @@ def capture(workload: str, recipe: str, backward: bool = True, tiles: dict | Non
 
         from flamia.kernels import configs
         d = i.q.shape[-1]
-        table = configs.tile_table(configs.route_for(recipe).codes)
+        table = configs.tile_table(configs.route_for(recipe))
         table[d] = replace(table[d], **tiles)
     q, k, v = (x.detach().clone().requires_grad_() for x in (i.q, i.k, i.v))
     spec = AttnSpec(i.cu_seqlens, i.cu_seqlens, i.max_seqlen, i.max_seqlen, True, q.shape[-1] ** -0.5, (-1, -1),

@@ -43,7 +43,7 @@ def timed(job) -> float:
 def measure(recipe: str, name: str, case, change: dict) -> dict:
     """Times ``case`` (workload ``name``) on the recipe's tiles with ``change``, then restores them."""
     d = case.inputs.q.shape[-1]
-    table = configs.tile_table(configs.ROUTES[recipe].codes)
+    table = configs.tile_table(configs.ROUTES[recipe])
     base = table[d]
     table[d] = replace(base, **change)
     kernel_ops._programs = replay.Programs()  # a shape's recorded launches hold the tiles they ran with

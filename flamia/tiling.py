@@ -49,10 +49,17 @@ NUMERICS_TILES = {64: NumericsTiles(fwd_block_n=64), 128: NumericsTiles()}
 # half an SM's shared memory, so two programs share an SM (docs/PERFORMANCE.md).
 BF16_CODE_RECIPES = ("bf16", "fp4")
 BF16_NUMERICS_TILES = {64: NUMERICS_TILES[64], 128: NumericsTiles(fwd_block_n=64, bwd_block_m=32, dq_block_n=32)}
+# The mixed NVFP4 recipe (BF16 score codes beside E4M3 P, V and gradients): at d=128 the E4M3
+# forward tiles, whose 128 keys decide which pairs keep E4M3 P (64-key tiles cost accuracy),
+# and BF16's backward steps, which fit two programs per SM (docs/PERFORMANCE.md).
+NVFP4_NUMERICS_TILES = {64: NUMERICS_TILES[64], 128: NumericsTiles(bwd_block_m=32, dq_block_n=32)}
 
 
 def numerics_tiles(head_dim: int, recipe: str = "mxfp8") -> NumericsTiles:
     """The kernels' extents at ``head_dim`` for the recipe named ``recipe``; the d=128 ones
     at a head dim the kernels lack (the emulator runs any multiple of 16 up to 256)."""
-    table = BF16_NUMERICS_TILES if recipe in BF16_CODE_RECIPES else NUMERICS_TILES
+    if recipe in BF16_CODE_RECIPES:
+        table = BF16_NUMERICS_TILES
+    else:
+        table = NVFP4_NUMERICS_TILES if recipe == "nvfp4" else NUMERICS_TILES
     return table.get(head_dim, table[128])

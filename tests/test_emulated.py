@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from flamia.formats.e4m3 import E4M3_MIN_NORMAL_EXP
-from flamia.kernels.configs import ROUTES, SUPPORTED_HEAD_DIMS, tiles_for
+from flamia.kernels.configs import BF16_SCORES, ROUTES, SUPPORTED_HEAD_DIMS, tiles_for
 from flamia.recipes import RECIPE_NAMES, Recipe
 from flamia.reference.emulated import NUMERICS, emulate_forward, emulated_attention, rebuild_p_trace
 from flamia.reference.exact import exact_attention
@@ -120,9 +120,11 @@ def test_rows_without_keys_are_zero_with_infinite_lse():
 @pytest.mark.parametrize("head_dim", SUPPORTED_HEAD_DIMS)
 @pytest.mark.parametrize("recipe", sorted(ROUTES))
 def test_the_emulator_follows_the_kernels_tiles(head_dim, recipe):
-    """The kernels' AttnTiles for a recipe's codes take their numerics extents from
-    flamia.tiling, which the emulator reads by default for that recipe: one source for both."""
-    kernels = tiles_for(head_dim, ROUTES[recipe].codes)
+    """The kernels' AttnTiles for a recipe's route take their numerics extents from
+    flamia.tiling, which the emulator reads by default for that recipe: one source for both
+    (``bf16_scores`` keeps its recipe's route's tiles)."""
+    kernels = tiles_for(head_dim, ROUTES[recipe])
+    assert tiles_for(head_dim, BF16_SCORES.get(recipe, ROUTES[recipe])) == kernels
     assert asdict(numerics_tiles(head_dim, recipe)).items() <= asdict(kernels).items()
 
 

@@ -11,7 +11,7 @@ import torch
 from flamia.formats.e4m3 import round_to_e4m3
 from flamia.formats.scales import exp2i, scale_exponent
 from flamia.kernels.attn_bwd import attention_backward
-from flamia.kernels.configs import BF16, ROUTES, AttnTiles, grad_mode, p4_mode, tiles_for
+from flamia.kernels.configs import ROUTES, AttnTiles, grad_mode, p4_mode, tiles_for
 from flamia.kernels.layout import aligned_starts, transposed_extent, transposed_reference
 from flamia.recipes import Recipe, resolve_recipe
 from flamia.reference.emulated import emulate_backward, emulate_forward
@@ -281,9 +281,9 @@ def test_backward_names_bad_argument():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("recipe, tile_cfg", [("mxfp8", AttnTiles()),
                                               ("mxfp8", AttnTiles(dq_atomic=True, dkdv_gluon=False)),
-                                              ("bf16", tiles_for(128, BF16)),
-                                              ("nvfp4", AttnTiles()),
-                                              ("fp4", tiles_for(128, BF16))],
+                                              ("bf16", tiles_for(128, ROUTES["bf16"])),
+                                              ("nvfp4", tiles_for(128, ROUTES["nvfp4"])),
+                                              ("fp4", tiles_for(128, ROUTES["fp4"]))],
                          ids=["shipped", "dq-atomic", "shipped-bf16", "shipped-nvfp4", "shipped-fp4"])
 def test_backward_matches_emulator_gpu(recipe, tile_cfg):
     """4 documents x 4096 tokens, 16 heads, D=128, causal: the shipped tiles, and dQ through
@@ -343,7 +343,7 @@ def _gluon_case(name, **changes):
     """The backward launcher's arguments on GLUON_BWD_CASES[name] (the emulator's forward), for
     the shipped tiles of its head dim with ``changes``."""
     lens_q, lens_k, (hq, hkv), d, causal, window, recipe = GLUON_BWD_CASES[name]
-    tiles = replace(tiles_for(d, ROUTES[resolve_recipe(recipe).name].codes), **changes)
+    tiles = replace(tiles_for(d, ROUTES[resolve_recipe(recipe).name]), **changes)
     lens_k = lens_k or lens_q
     g = torch.Generator().manual_seed(len(name))
     q, do = (torch.randn(sum(lens_q), hq, d, generator=g).to(DEVICE, torch.bfloat16) for _ in range(2))

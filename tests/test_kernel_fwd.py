@@ -286,9 +286,9 @@ def test_forward_matches_emulator_approx_exp(name, recipe):
 
 @pytest.mark.parametrize("recipe", ["mxfp8", "bf16", "nvfp4"])
 def test_forward_default_tiles(recipe):
-    """The shipped 128 x 128 tiles: one query tile per document at these lengths."""
+    """The shipped tiles of each recipe: one query tile per document at these lengths."""
     got, fwd = run_both((111, 1, 0, 63), (111, 1, 0, 63), (2, 1), 128, True, (-1, -1),
-                        tiles_for(128, ROUTES[recipe].scores), seed=3, recipe=recipe)
+                        tiles_for(128, ROUTES[recipe]), seed=3, recipe=recipe)
     assert_matches(got, fwd)
 
 
@@ -312,7 +312,7 @@ def test_forward_matches_emulator_gpu(recipe):
     """4 documents x 4096 tokens, 16 heads, D=128, causal, the shipped tiles."""
     lens = (4096,) * 4
     route = ROUTES[recipe]
-    got, fwd = run_both(lens, lens, (16, 16), 128, True, (-1, -1), tiles_for(128, route.codes), seed=0,
+    got, fwd = run_both(lens, lens, (16, 16), 128, True, (-1, -1), tiles_for(128, route), seed=0,
                         recipe=recipe)
     assert_near(got, fwd)
 
@@ -333,7 +333,7 @@ def test_gluon_forward_equals_triton(name, block_n, recipe):
     tiles (the shipped ones of the head dim and route, with key tiles of block_n): out, lse,
     m and ro equal bit for bit."""
     case, route = GLUON_CASES[name], ROUTES[recipe]
-    assert_gluon_equals_triton(*case, replace(tiles_for(case[3], route.codes), fwd_block_n=block_n),
+    assert_gluon_equals_triton(*case, replace(tiles_for(case[3], route), fwd_block_n=block_n),
                                seed=len(name), recipe=recipe)
 
 

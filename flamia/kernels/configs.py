@@ -215,19 +215,25 @@ TILES = {64: TILES_D64, 128: AttnTiles(**asdict(numerics_tiles(128)))}
 # tiles (flamia/tiling.py) with E4M3's stages fit two programs per SM; at d=64 E4M3's tiles
 # without its register cap (docs/PERFORMANCE.md).
 BF16_TILES = {64: replace(TILES_D64, dkdv_maxnreg=None), 128: AttnTiles(**asdict(numerics_tiles(128, "bf16")))}
+# The mixed NVFP4 route, whose BF16 score operands set its registers and shared memory too: at
+# d=128 E4M3's forward with BF16's backward steps (flamia/tiling.py), at d=64 BF16's tiles.
+NVFP4_TILES = {64: BF16_TILES[64], 128: AttnTiles(**asdict(numerics_tiles(128, "nvfp4")))}
 QUANTIZER = QuantizerTiles()
 SUPPORTED_HEAD_DIMS = tuple(TILES)
 
 
-def tiles_for(head_dim: int, fmt: OperandFormat = E4M3) -> AttnTiles:
-    """The tiles of the kernels at head_dim for codes of format fmt (the all-4-bit route's
-    BF16 codes take BF16's: its changes are the kernels' flags)."""
+def tiles_for(head_dim: int, route: Route = ROUTES["mxfp8"]) -> AttnTiles:
+    """The tiles of the kernels at head_dim for a recipe's route (the all-4-bit route's BF16
+    codes take BF16's: its changes are the kernels' flags; ``bf16_scores`` keeps its recipe's)."""
     if head_dim not in TILES:
         raise ValueError(f"head_dim: the kernels support {SUPPORTED_HEAD_DIMS}, got {head_dim}")
-    return tile_table(fmt)[head_dim]
+    return tile_table(route)[head_dim]
 
 
-def tile_table(fmt: OperandFormat = E4M3) -> dict[int, AttnTiles]:
-    """The tiles by head dim for codes of format fmt (``tiles_for``'s table; the benchmark
-    scripts replace an entry to time or compile a candidate)."""
-    return BF16_TILES if fmt == BF16 else TILES
+def tile_table(route: Route = ROUTES["mxfp8"]) -> dict[int, AttnTiles]:
+    """The tiles by head dim for a recipe's route (``tiles_for``'s table, the one
+    ``flamia.tiling.numerics_tiles`` names for the recipe; the benchmark scripts replace an
+    entry to time or compile a candidate)."""
+    if route.codes == BF16:
+        return BF16_TILES
+    return NVFP4_TILES if route.p4 else TILES

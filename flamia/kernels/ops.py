@@ -64,7 +64,7 @@ def empty_residuals(q: torch.Tensor, k: torch.Tensor, spec: AttnSpec) -> Residua
     (tq, hq, d), (tk, hkv) = q.shape, k.shape[:2]
     num_docs = spec.cu_seqlens_q.shape[0] - 1
     route = route_for(spec.recipe)
-    plan = plan_layout(tq, tk, num_docs, tiles_for(d, route.codes))
+    plan = plan_layout(tq, tk, num_docs, tiles_for(d, route))
     tq_t, tk_t = transposed_extent(tq, num_docs), transposed_extent(tk, num_docs)
     codes, scores = route.codes.torch_dtype, route.scores.torch_dtype
     i8, i32, f32 = torch.int8, torch.int32, torch.float32
@@ -89,7 +89,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     recipe, d = spec.recipe, q.shape[-1]
     route = route_for(recipe)
     fmt = route.codes
-    tiles, rotate, block = tiles_for(d, route.codes), recipe.use_hadamard(d), recipe.scale_block
+    tiles, rotate, block = tiles_for(d, route), recipe.use_hadamard(d), recipe.scale_block
     # Q^T and K^T are written now, in the launch that reads Q and K anyway: the backward's
     # dK = G^T Q^ and dQ = G K^ need them as K-major FP8 operands. The transposed codes'
     # document starts and every launch's work list come from one launch (Q's quantizer list
@@ -128,7 +128,7 @@ def backward(dout: torch.Tensor, out: torch.Tensor, res: Residuals,
     (the inputs' dtype) and residuals."""
     recipe, route = spec.recipe, route_for(spec.recipe)
     fmt = route.codes
-    tiles = tiles_for(out.shape[-1], route.codes)
+    tiles = tiles_for(out.shape[-1], route)
     num_docs = spec.cu_seqlens_q.shape[0] - 1
     plan = plan_layout(out.shape[0], res.k_codes.shape[0], num_docs, tiles)
     # The dO launch also writes the query records that both backward kernels read.
