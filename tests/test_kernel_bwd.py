@@ -169,6 +169,20 @@ def test_backward_matches_emulator_nvfp4(name):
     assert max(errs) <= GRAD_TOL, f"dq, dk, dv relative errors {errs} (bound {GRAD_TOL:.3g})"
 
 
+@pytest.mark.parametrize("name", ["causal-gqa-d64", "causal-lq-ne-lk"])
+def test_backward_matches_emulator_nvfp4_wider_diagonal_keys(name):
+    """The forward's diagonal tiles decided over two of its 64-key tiles (``fwd_diag_block_n``,
+    as nvfp4's shipped tiles): the backward rebuilds P from that rule, as the emulator does."""
+    lens_q, lens_k, heads, d, causal, window, tile_sizes = CASES[name]
+    wide = replace(nvfp4_tiles(*tile_sizes), fwd_diag_block_n=128)
+    got, want = run_both(lens_q, lens_k or lens_q, heads, d, causal, window, wide, seed=len(name), recipe="nvfp4")
+    errs = relative_errors(got, want)
+    assert max(errs) <= GRAD_TOL, f"dq, dk, dv relative errors {errs} (bound {GRAD_TOL:.3g})"
+    plain = run_both(lens_q, lens_k or lens_q, heads, d, causal, window, nvfp4_tiles(*tile_sizes), seed=len(name),
+                     recipe="nvfp4")[1]
+    assert max(relative_errors(plain, want)) > 100 * GRAD_TOL  # the rule moves the gradients
+
+
 @pytest.mark.parametrize("name", ["causal-gqa-d64", "causal-window", "causal-lq-ne-lk", "two-sided-window-gqa"])
 def test_backward_matches_emulator_nvfp4_leaking(name):
     """The leaking ablation (p4_scale_before_mask): 4-bit P rebuilt on every tile, its group

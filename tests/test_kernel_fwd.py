@@ -242,6 +242,22 @@ def test_forward_matches_emulator_nvfp4_wider_diagonal(name):
     assert torch.equal(got[0], plain[0]) == (name != "causal-gqa-d64")
 
 
+@pytest.mark.parametrize("name", ["causal-gqa-d64", "causal-window", "causal-lq-ne-lk"])
+def test_forward_matches_emulator_nvfp4_wider_diagonal_keys(name):
+    """Diagonal tiles decided over four key tiles (``fwd_diag_block_n``, as nvfp4's shipped
+    64-key tiles take 128-key diagonal tiles): the kernel equals the emulator, and P and O
+    differ from the key tile's own rule, except under the 40-key window, where each tile a row
+    visits holds the window's edge or the causal one either way."""
+    lens_q, lens_k, heads, d, causal, window, (bm, bn) = CASES[name]
+    bn = max(bn, 32)
+    wide = replace(tiles(bm, bn), fwd_diag_block_n=4 * bn)
+    got, fwd = run_both(lens_q, lens_k or lens_q, heads, d, causal, window, wide, seed=len(name), recipe="nvfp4")
+    assert_matches(got, fwd)
+    plain = run_both(lens_q, lens_k or lens_q, heads, d, causal, window, tiles(bm, bn), seed=len(name),
+                     recipe="nvfp4")[0]
+    assert torch.equal(got[0], plain[0]) == (name == "causal-window")
+
+
 @pytest.mark.parametrize("changes", [dict(p4_scale_before_mask=True), dict(p4_sum_quantized=True),
                                      dict(p4_scale_before_mask=True, p4_sum_quantized=True)],
                          ids=["leaking", "sum-quantized", "leaking-sum-quantized"])
@@ -339,10 +355,14 @@ def test_gluon_forward_equals_triton(name, block_n, recipe):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("recipe", ["mxfp8-exact", "nvfp4-exact"])
-def test_gluon_forward_equals_triton_per_token_exponents(recipe):
-    """The exact recipes' per-token exponents: the Gluon kernel reads a key word per key."""
-    assert_gluon_equals_triton(*GLUON_CASES["long-causal-gqa"], AttnTiles(), seed=5, recipe=recipe)
+@pytest.mark.parametrize("recipe, shipped", [("mxfp8-exact", False), ("nvfp4-exact", False), ("nvfp4-exact", True)],
+                         ids=["mxfp8-exact", "nvfp4-exact", "nvfp4-exact-shipped-tiles"])
+def test_gluon_forward_equals_triton_per_token_exponents(recipe, shipped):
+    """The exact recipes' per-token exponents: the Gluon kernel reads a key word per key, on
+    128-key tiles and on nvfp4's own (64-key tiles under 128-key diagonal ones)."""
+    case = GLUON_CASES["long-causal-gqa"]
+    tiles = tiles_for(case[3], ROUTES[recipe.removesuffix("-exact")]) if shipped else AttnTiles()
+    assert_gluon_equals_triton(*case, tiles, seed=5, recipe=recipe)
 
 
 @pytest.mark.gpu

@@ -385,9 +385,9 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     tq_t, tk_t = transposed_extent(tq, num_docs), transposed_extent(tk, num_docs)
     fmt, scores = format_of(q_codes_t), format_of(q_codes)
     codes, i8, i32 = fmt.torch_dtype, torch.int8, torch.int32
-    if p4 and ((fmt != E4M3 and not grad4) or tiles.fwd_block_n % tiles.bwd_block_n
+    if p4 and ((fmt != E4M3 and not grad4) or tiles.diag_block_n % tiles.bwd_block_n
                or tiles.fwd_block_m % tiles.bwd_block_m or tiles.fwd_block_m % tiles.dq_block_m
-               or tiles.fwd_block_n % tiles.dq_block_n):
+               or tiles.diag_block_n % tiles.dq_block_n):
         raise ValueError(f"p4: 4-bit P needs E4M3 codes or the all-4-bit route's (got {codes}, grad4={grad4}) and "
                          f"backward tiles that nest in the forward's (got {tiles})")
     if grad4 not in (0, 1, 2):
@@ -424,7 +424,7 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     args = dict(s2=softmax_scale * LOG2E, scale=softmax_scale, inv_sqrt_d=1.0 / math.sqrt(d), wl=wl, wr=wr,
                 total_q=tq, total_k=tk, heads_q=hq, GROUP=hq // hkv, D=d,
                 ROTATE_STAGES=d.bit_length() - 1 if rotate else 0, CODES=fmt.codes, P4=p4, FBM=tiles.fwd_block_m,
-                FBN=tiles.fwd_block_n, INTERPRET=interpreting())
+                FBN=tiles.diag_block_n, INTERPRET=interpreting())
     # the all-4-bit route's G rounding (the seed specialized away when unused)
     rounding = dict(seed=seed if grad4 == 2 else None, GRAD4=grad4)
     # dq_atomic: the dK/dV kernel adds every dQ payload into an fp32 [Tq, Hq, D] buffer

@@ -108,11 +108,12 @@ def _attn_fwd_kernel(p_q, p_qe, p_k, p_vt, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt
                      total_q, total_k, tk_t, heads_q, heads_kv, s2, window_left, window_right, p_vtd,
                      TAU: tl.constexpr, SIGMA: tl.constexpr, D: tl.constexpr,
                      BM: tl.constexpr, BN: tl.constexpr, CODES: tl.constexpr, P4: tl.constexpr,
-                     ROW_SUM: tl.constexpr, SUM_BLOCK: tl.constexpr, DIAG_BM: tl.constexpr,
+                     ROW_SUM: tl.constexpr, SUM_BLOCK: tl.constexpr, DIAG_BM: tl.constexpr, DIAG_BN: tl.constexpr,
                      APPROX_EXP: tl.constexpr, ALL4: tl.constexpr, INTERPRET: tl.constexpr):
     """One ((document, query tile), query head) program; see the module docstring. P4, ROW_SUM,
-    SUM_BLOCK, APPROX_EXP: ``fwd_math.scores_to_codes``'; DIAG_BM: the query rows over which the 4-bit P decides
-    diagonal tiles (BM, or a multiple: the ``fwd_diag_block_m`` ablation); ALL4, p_vtd:
+    SUM_BLOCK, APPROX_EXP: ``fwd_math.scores_to_codes``'; DIAG_BM, DIAG_BN: the query rows and keys over
+    which the 4-bit routes decide diagonal tiles (BM, or a multiple: the ``fwd_diag_block_m`` ablation;
+    ``NumericsTiles.diag_block_n``); ALL4, p_vtd:
     ``_attend_tile``'s (p_vtd None otherwise)."""
     doc, tile = program_tile(p_work, width)  # longest documents, and their last tiles, first
     if doc < 0:
@@ -145,7 +146,7 @@ def _attn_fwd_kernel(p_q, p_qe, p_k, p_vt, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt
     t_runs = (t_lo, u_lo, u_hi, t_hi)
     for run in tl.static_range(3):
         for t in range(t_runs[run], t_runs[run + 1]):
-            diag = diagonal_tile(t, i0 // DIAG_BM * DIAG_BM, len_q, len_k, off, wl, wr, DIAG_BM, BN)
+            diag = diagonal_tile(t * BN // DIAG_BN, i0 // DIAG_BM * DIAG_BM, len_q, len_k, off, wl, wr, DIAG_BM, DIAG_BN)
             b_acc, b_l, b_m = _attend_tile(b_q, b_qf, b_rf, b_acc, b_l, b_m, p_k_doc, p_vt_doc, p_vtd_doc,
                                            p_krec_doc, t * BN, b_first, b_last, total_k - k_start, tk_t - k_start_t,
                                            heads_kv, tk_t, diag, len_k,
@@ -248,7 +249,8 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
     # key tiles hold whole blocks (the Gluon kernel's always do)
     sum_block = scale_block if row_sum == 2 and fmt == E4M3 and tiles.fwd_block_n % scale_block == 0 else 1
     common = dict(TAU=tau, SIGMA=sigma, D=d, BM=tiles.fwd_block_m, BN=tiles.fwd_block_n, CODES=fmt.codes, P4=p4,
-                  ROW_SUM=row_sum, SUM_BLOCK=sum_block, DIAG_BM=diag_block_m, APPROX_EXP=approx_exp,
+                  ROW_SUM=row_sum, SUM_BLOCK=sum_block, DIAG_BM=diag_block_m, DIAG_BN=tiles.diag_block_n,
+                  APPROX_EXP=approx_exp,
                   num_warps=tiles.fwd_warps)
     if tiles.fwd_gluon and not interpreting():
         q_desc, k_desc, vt_desc, vtd_desc = operand_descriptors(q_codes, k_codes, v_codes_t, tiles.fwd_block_m,

@@ -51,12 +51,13 @@ def _copy_keys(k_desc, vt_desc, k_s, v_s, bars, slot, k_row, k_col, vt_row, vt_c
 
 @gluon.jit
 def _copy_key_tile(k_desc, vt_desc, vtd_desc, k_s, v_s, bars, slot, t, hk, k_start, k_start_t, diag_i0, len_q, len_k,
-                   off, wl, wr, D: gl.constexpr, BN: gl.constexpr, DIAG_BM: gl.constexpr, ALL4: gl.constexpr):
+                   off, wl, wr, D: gl.constexpr, BN: gl.constexpr, DIAG_BM: gl.constexpr, DIAG_BN: gl.constexpr,
+                   ALL4: gl.constexpr):
     """``_copy_keys`` of key tile t (head hk) into slot; with ALL4 a diagonal tile (from query
     row diag_i0, ``diagonal_tile``) copies V^T with per-key scales from vtd_desc instead."""
     k_row, vt_col = k_start + t * BN, k_start_t + t * BN
     if ALL4:
-        if diagonal_tile(t, diag_i0, len_q, len_k, off, wl, wr, DIAG_BM, BN):
+        if diagonal_tile(t * BN // DIAG_BN, diag_i0, len_q, len_k, off, wl, wr, DIAG_BM, DIAG_BN):
             _copy_keys(k_desc, vtd_desc, k_s, v_s, bars, slot, k_row, hk * D, hk * D, vt_col)
         else:
             _copy_keys(k_desc, vt_desc, k_s, v_s, bars, slot, k_row, hk * D, hk * D, vt_col)
@@ -141,7 +142,8 @@ def attn_fwd_gluon_kernel(q_desc, p_qe, k_desc, vt_desc, p_krec, p_pv, p_cu_q, p
                           TAU: gl.constexpr, SIGMA: gl.constexpr, D: gl.constexpr,
                           BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, SCALE_BLOCK: gl.constexpr,
                           CODES: gl.constexpr, P4: gl.constexpr, ROW_SUM: gl.constexpr, SUM_BLOCK: gl.constexpr,
-                          DIAG_BM: gl.constexpr, APPROX_EXP: gl.constexpr, SCORE_CODES: gl.constexpr,
+                          DIAG_BM: gl.constexpr, DIAG_BN: gl.constexpr, APPROX_EXP: gl.constexpr,
+                          SCORE_CODES: gl.constexpr,
                           ALL4: gl.constexpr):
     """``attn_fwd._attn_fwd_kernel``'s arguments and outputs (BM = 64, 4 warps), with Q^, K^
     and V^T as TMA descriptors of their 2-D views [Tq, Hq D], [Tk, Hkv D], [Hkv D, Tk_t]
@@ -180,7 +182,7 @@ def attn_fwd_gluon_kernel(q_desc, p_qe, k_desc, vt_desc, p_krec, p_pv, p_cu_q, p
     diag_i0 = i0 // DIAG_BM * DIAG_BM
     for i in gl.static_range(STAGES - 1):
         _copy_key_tile(k_desc, vt_desc, vtd_desc, k_s, v_s, bars, i, t_lo + i, hk, k_start, k_start_t, diag_i0,
-                       len_q, len_k, off, wl, wr, D, BN, DIAG_BM, ALL4)
+                       len_q, len_k, off, wl, wr, D, BN, DIAG_BM, DIAG_BN, ALL4)
 
     o_m = i0 + gl.arange(0, BM, layout=ROW)                         # [BM] query positions
     b_first, b_last = visible_keys(o_m, off, wl, wr, len_k)
@@ -206,14 +208,14 @@ def attn_fwd_gluon_kernel(q_desc, p_qe, k_desc, vt_desc, p_krec, p_pv, p_cu_q, p
         b_s = warpgroup_mma_wait(0, deps=(s_next,))                 # [BM, BN] this tile's Q^ K^T
         # The slot tile j - 1 used is free: both its products have completed.
         _copy_key_tile(k_desc, vt_desc, vtd_desc, k_s, v_s, bars, (j + STAGES - 1) % STAGES, t + STAGES - 1, hk,
-                       k_start, k_start_t, diag_i0, len_q, len_k, off, wl, wr, D, BN, DIAG_BM, ALL4)
+                       k_start, k_start_t, diag_i0, len_q, len_k, off, wl, wr, D, BN, DIAG_BM, DIAG_BN, ALL4)
         b_y = scaled(b_s, b_kf[None, :], CODES)                     # [BM, BN]
         # The next tile's scores run under this tile's softmax (after the last tile, on
         # keys no row reads: one product per program is spent to keep the loop uniform).
         # Issued once b_s is read, its product can take b_s's registers: the loop then
         # carries it without ~64 register moves per tile.
         s_next = _issue_scores(q_s, k_s, bars, j + 1, BM, BN, STAGES, S_L)
-        diag = diagonal_tile(t, diag_i0, len_q, len_k, off, wl, wr, DIAG_BM, BN)
+        diag = diagonal_tile(t * BN // DIAG_BN, diag_i0, len_q, len_k, off, wl, wr, DIAG_BM, DIAG_BN)
         sums_arg = None
         if SUM_BLOCK > 1:
             sums_arg = (ind_s, _block_vinv(p_krec_doc, t * BN, n_k, BN, SUM_BLOCK))

@@ -109,7 +109,8 @@ class AttnTiles(NumericsTiles):
     NVIDIA H200 with Triton 3.6; docs/PERFORMANCE.md has the figures. d=64 has its own tiles
     (``TILES_D64``, below)."""
 
-    # fwd_block_m, fwd_block_n, bwd_block_m, bwd_block_n, dq_block_m, dq_block_n: NumericsTiles
+    # fwd_block_m, fwd_block_n, bwd_block_m, bwd_block_n, dq_block_m, dq_block_n, fwd_diag_block_n:
+    # NumericsTiles
     fwd_warps: int = 4
     fwd_stages: int = 3
     bwd_warps: int = 4
@@ -140,6 +141,7 @@ class AttnTiles(NumericsTiles):
     dq_atomic: bool = False
 
     def __post_init__(self):
+        super().__post_init__()
         if self.dkdv_gluon and (self.bwd_block_n, self.bwd_warps, self.bwd_block_m in (32, 64), self.dq_atomic) != (
                 64, 4, True, False):
             raise ValueError(f"dkdv_gluon: the Gluon dK/dV kernel runs 4 warps on 64-key tiles, query steps of 32 "
@@ -215,8 +217,8 @@ TILES = {64: TILES_D64, 128: AttnTiles(**asdict(numerics_tiles(128)))}
 # tiles (flamia/tiling.py) with E4M3's stages fit two programs per SM; at d=64 E4M3's tiles
 # without its register cap (docs/PERFORMANCE.md).
 BF16_TILES = {64: replace(TILES_D64, dkdv_maxnreg=None), 128: AttnTiles(**asdict(numerics_tiles(128, "bf16")))}
-# The mixed NVFP4 route, whose BF16 score operands set its registers and shared memory too: at
-# d=128 E4M3's forward with BF16's backward steps (flamia/tiling.py), at d=64 BF16's tiles.
+# The mixed NVFP4 route, whose BF16 score operands set its registers and shared memory too:
+# BF16's tiles, with 128-key diagonal tiles at d=128 (flamia/tiling.py).
 NVFP4_TILES = {64: BF16_TILES[64], 128: AttnTiles(**asdict(numerics_tiles(128, "nvfp4")))}
 QUANTIZER = QuantizerTiles()
 SUPPORTED_HEAD_DIMS = tuple(TILES)

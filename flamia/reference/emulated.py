@@ -201,7 +201,7 @@ def _forward(q, k, v, spec: AttnSpec, tiles: NumericsTiles, record_p: bool = Fal
         pq = num.p_values(p, scores, m_new, r.vf[:, :, k0:k1], r.rf, tile, forward=True)
         l = l * alpha + num.row_mass(p, pq, scores, m_new, r.vf[:, :, k0:k1], r.rf, tile)
         pv_tile = _on_diagonal(lambda c: pq @ c[:, :, k0:k1], r.vc, v_diag,
-                               lambda: tile.diagonal(tiles.fwd_block_m, tiles.fwd_block_n)[..., :1])
+                               lambda: tile.diagonal(tiles.fwd_block_m, tiles.diag_block_n)[..., :1])
         acc = acc * alpha[..., None] + pv_tile
         m = m_new
         if record_p:

@@ -51,7 +51,7 @@ class Nvfp4Numerics(Numerics):
         if self.p4_everywhere():
             return None
         block_m = (self.recipe.fwd_diag_block_m or tile.tiles.fwd_block_m) if forward else tile.tiles.fwd_block_m
-        return ~tile.diagonal(block_m, tile.tiles.fwd_block_n)
+        return ~tile.diagonal(block_m, tile.tiles.diag_block_n)
 
     def p_values(self, p, x, m, vf, rf, tile, forward):
         if not forward and self.recipe.fwd_p4_bwd_p8:
