@@ -187,10 +187,10 @@ class QuantizerTiles:
     rotated_warps: int = 1
     transposed_parts: int = 4
     plain_warps: int = 2
-    # The Triton launches that form NVFP4 groups (quantize_fp4.py; the mixed route's Q and K
-    # launch without the rotation, its score codes) hold a unit's rows in fp32 with their group
-    # scales, which spill at 2 warps and d=128 (docs/PERFORMANCE.md). With the rotation, the
-    # mixed route's Q and K launch is the Gluon one at rotated_warps.
+    # The Triton launches that form NVFP4 groups (quantize_fp4.py's packed NVFP4 operand) hold
+    # a unit's rows in fp32 with their group scales, which spill at 2 warps and d=128
+    # (docs/PERFORMANCE.md). On the GPU the Q, K and all-4-bit V launches that form them are
+    # the Gluon one at rotated_warps.
     nvfp4_warps: int = 4
     # The all-4-bit dO launch: NVFP4 groups of dO and 16-token groups of dO ro over a 64-token
     # step spill at 4 warps and d=128 (offline SASS, Triton 3.6).

@@ -11,7 +11,7 @@ from ..formats.e2m1 import E2M1_MAX
 from ..formats.nvfp4 import NVFP4_G_SHIFT, NVFP4_GROUP
 from ..formats.random_bits import ROUND_BITS, ROUND_MASK
 from ..reference.operands_fp4 import TOKEN_GROUP
-from .fp8 import pow2, scale_exponent
+from .fp8 import E4M3_EQ, E4M3_MQ, abs_max, pow2, scale_exponent
 
 GROUP = tl.constexpr(NVFP4_GROUP)  # NVFP4 elements per scale, as a kernel constant
 E2M1_EQ = tl.constexpr(2)  # 6 = (1 + 0x400000 / 2^23) * 2^2: scale_exponent's qmax for E2M1
@@ -247,3 +247,25 @@ def score_codes(b_x, b_e, D: tl.constexpr):
     U: tl.constexpr = b_x.shape[0]
     b_v = group_score_codes(tl.reshape(b_x, [U, D // GROUP, GROUP]), pow2(b_e - G_SHIFT)[:, None, None])
     return tl.reshape(b_v, [U, D])
+
+
+@triton.jit
+def nvfp4_values(b_x, b_amax, D: tl.constexpr):
+    """The all-4-bit route's head-dim operand: rows b_x [U, D] fp32 (max |x| b_amax [U]) in
+    NVFP4, decoded: E2M1 value x E4M3 scale x g [U, D] fp32, each token its own g = 2^(e - 2),
+    e = scale_exponent(amax, 448) (``reference.operands_fp4.nvfp4_operand(x).dequantize()``:
+    every product exact, so their order is free). A non-finite x makes its row NaN."""
+    b_e = scale_exponent(b_amax, E4M3_EQ, E4M3_MQ)  # [U]
+    return score_codes(b_x, b_e, D) * pow2(b_e)[:, None]
+
+
+@triton.jit
+def token_group_values(b_t):
+    """The all-4-bit route's token-axis operand: b_t [D, U] fp32 (tokens along axis 1, every 16
+    of one document) in E2M1 with one power-of-two scale per (16 tokens, head-dim row), decoded
+    [D, U] fp32 (``reference.operands_fp4.token_axis_values``). A NaN makes its group's other
+    values 0, as there."""
+    D: tl.constexpr = b_t.shape[0]
+    U: tl.constexpr = b_t.shape[1]
+    b_g = tl.reshape(b_t, [D, U // TOKENS, TOKENS])
+    return tl.reshape(e2m1_pow2(b_g, abs_max(b_g, 2)[:, :, None]), [D, U])

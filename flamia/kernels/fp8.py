@@ -124,6 +124,14 @@ def scale_exponent(amax, EQ: tl.constexpr, MQ: tl.constexpr):
 
 
 @triton.jit
+def abs_max(b_x, axis: tl.constexpr):
+    """max |b_x| (fp32) along axis, NaN where a NaN is among them, as torch's amax (tl.max of
+    floats drops NaNs, on the GPU and the interpreter alike): the max of the magnitudes' bits,
+    whose integer order is the floats' with NaNs above +inf. One IMNMX per step, as FMNMX."""
+    return tl.max(b_x.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=axis).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def block_exponents(b_x, BLOCK: tl.constexpr):
     """[U] int32 E4M3 scale exponents of b_x [U, D] fp32, one per BLOCK consecutive rows
     repeated per row (rows past a document's end must hold zeros): the quantizers scale by

@@ -32,9 +32,8 @@ import triton.language as tl
 from ..formats.hadamard import HADAMARD_DIMS
 from ..validation import INPUT_DTYPES
 from .configs import BF16, E4M3, QUANTIZER, OperandFormat
-from .fp4 import TOKENS, e2m1_pow2, score_codes
-from .fp8 import (E4M3_EQ, E4M3_MQ, block_exponents, inf_to_nan, interpreting, pow2, scale_exponent, to_codes, to_fp32,
-                  to_output)
+from .fp4 import e2m1_pow2, nvfp4_values, score_codes, token_group_values
+from .fp8 import abs_max, block_exponents, inf_to_nan, interpreting, pow2, to_codes, to_fp32, to_output
 from .hadamard import rotate
 from .layout import (T_ALIGN, aligned_starts, check_operand, column_offsets, mma_token_order,
                      transposed_extent, unit_columns, zero_padding)
@@ -137,36 +136,6 @@ def _code_range(b_x, b_f, CODES: tl.constexpr):
 
 
 @triton.jit
-def _amax(b_x, axis: tl.constexpr):
-    """max |b_x| (fp32) along axis, NaN where a NaN is among them, as torch's amax (tl.max of
-    floats drops NaNs, on the GPU and the interpreter alike): the max of the magnitudes' bits,
-    whose integer order is the floats' with NaNs above +inf. One IMNMX per step, as FMNMX."""
-    return tl.max(b_x.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=axis).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _nvfp4_values(b_x, b_amax, D: tl.constexpr):
-    """The all-4-bit route's head-dim operand: rows b_x [U, D] fp32 (max |x| b_amax [U]) in
-    NVFP4, decoded: E2M1 value x E4M3 scale x g [U, D] fp32, each token its own g = 2^(e - 2),
-    e = scale_exponent(amax, 448) (``reference.operands_fp4.nvfp4_operand(x).dequantize()``:
-    every product exact, so their order is free). A non-finite x makes its row NaN."""
-    b_e = scale_exponent(b_amax, E4M3_EQ, E4M3_MQ)  # [U]
-    return score_codes(b_x, b_e, D) * pow2(b_e)[:, None]
-
-
-@triton.jit
-def _token_group_values(b_t):
-    """The all-4-bit route's token-axis operand: b_t [D, U] fp32 (tokens along axis 1, every 16
-    of one document) in E2M1 with one power-of-two scale per (16 tokens, head-dim row), decoded
-    [D, U] fp32 (``reference.operands_fp4.token_axis_values``). A NaN makes its group's other
-    values 0, as there."""
-    D: tl.constexpr = b_t.shape[0]
-    U: tl.constexpr = b_t.shape[1]
-    b_g = tl.reshape(b_t, [D, U // TOKENS, TOKENS])
-    return tl.reshape(e2m1_pow2(b_g, _amax(b_g, 2)[:, :, None]), [D, U])
-
-
-@triton.jit
 def _zero_padding(p_t, cu_seqlens, cu_seqlens_t, doc, unit, num_docs, h, T_t, D: tl.constexpr, T_ALIGN: tl.constexpr):
     """``layout.zero_padding`` in unit 0: zero document doc's padding columns and its share of
     the tail of head h of a [H, D, T_t] tensor."""
@@ -201,8 +170,8 @@ def _quantize_unit(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_
     b_e = _exponents(b_x, BLOCK, CODES)  # [UNIT]
     b_scaled = _code_range(b_x, pow2(-b_e)[:, None], CODES)
     if FP4:  # the row-major values are NVFP4's, with each token's own scale folded in
-        b_amax = _amax(b_x, 1)  # [UNIT]
-        tl.store(p_codes + o_x, to_codes(_nvfp4_values(b_x, b_amax, D), CODES, INTERPRET), mask=m_t[:, None])
+        b_amax = abs_max(b_x, 1)  # [UNIT]
+        tl.store(p_codes + o_x, to_codes(nvfp4_values(b_x, b_amax, D), CODES, INTERPRET), mask=m_t[:, None])
     elif SCORES == 1:  # the mixed NVFP4 route: the row-major codes are the scores' bf16 codes
         tl.store(p_codes + o_x, to_output(score_codes(b_x, b_e, D), tl.bfloat16, INTERPRET), mask=m_t[:, None])
     elif SCORES == 2:  # bf16_scores: x on the E4M3 codes' exponents in BF16, an Inf kept as torch's cast does
@@ -232,7 +201,7 @@ def _quantize_unit(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_
         if FP4:  # b_t is x itself here (bf16 codes take no exponent)
             if p_diag_t is not None:  # the per-token scales of diagonal tiles
                 _store_transposed(p_diag_t, e2m1_pow2(b_t, b_amax[None, :]), cols, h, T_t, D, CODES, INTERPRET)
-            b_t = _token_group_values(b_t)
+            b_t = token_group_values(b_t)
         _store_transposed(p_codes_t, b_t, cols, h, T_t, D, CODES, INTERPRET)
 
 
@@ -280,7 +249,7 @@ def _quantize_grad_output_kernel(p_do, p_o, p_ro, p_do_codes, p_do_exps, p_dot_t
     b_do = to_fp32(tl.load(p_do + o_x, mask=m_t[:, None], other=0.0), INTERPRET)  # [STEP, D]
     b_e = _exponents(b_do, BLOCK, CODES)  # [STEP]
     if FP4:  # each token's own NVFP4 scale folded in
-        b_codes = to_codes(_nvfp4_values(b_do, _amax(b_do, 1), D), CODES, INTERPRET)
+        b_codes = to_codes(nvfp4_values(b_do, abs_max(b_do, 1), D), CODES, INTERPRET)
     else:
         b_codes = to_codes(_code_range(b_do, pow2(-b_e)[:, None], CODES), CODES, INTERPRET)
     tl.store(p_do_codes + o_x, b_codes, mask=m_t[:, None])
@@ -297,7 +266,7 @@ def _quantize_grad_output_kernel(p_do, p_o, p_ro, p_do_codes, p_do_exps, p_dot_t
     tl.store(p_dot_exps + o_t * H + h, b_et.to(tl.int8), mask=m_t)
     b_dot = tl.trans(b_dot)  # [D, STEP]
     if FP4:
-        b_dot = _token_group_values(b_dot)
+        b_dot = token_group_values(b_dot)
     _store_transposed(p_dot_t, b_dot, _unit_cols(cu_seqlens, cu_seqlens_t, doc, unit, STEP, T_ALIGN), h, T_t, D,
                       CODES, INTERPRET)
     if RECORDS:
@@ -408,11 +377,13 @@ def _launch_operands(sides: list[_Side], block: int, hadamard: bool, transposed:
                   UNIT=QUANTIZER.operand_unit, BLOCK=block, HADAMARD_STAGES=d.bit_length() - 1 if hadamard else 0,
                   T_ALIGN=T_ALIGN, PAIR=pair)
     nvfp4 = scores == 1 or fp4  # the launches that form NVFP4 groups
-    if hadamard and transposed and key_rec is None and not fp4 and not interpreting():
+    if (hadamard or (nvfp4 and d <= 128)) and transposed and (key_rec is None or fp4) and not interpreting():
         # a token row per thread, so the butterflies and NVFP4's groups stay in registers
-        # (rotated_quantizer.py)
+        # (rotated_quantizer.py; the rotation may be off). Wider unrotated rows take the Triton
+        # kernel: a row per thread spills at d=256 and its layouts end at d=256.
         launch(rotated_operand_kernel, grid, *args, **common, PARTS=QUANTIZER.transposed_parts,
-               SCORES=scores, num_warps=QUANTIZER.rotated_warps)
+               p_diag_t=sides[0].diag_t, p_diag_t2=sides[1].diag_t if pair else None, p_key_rec=key_rec,
+               T=sides[0].x.shape[0], SCORES=scores, FP4=fp4, num_warps=QUANTIZER.rotated_warps)
         return
     warps = QUANTIZER.nvfp4_warps if nvfp4 else QUANTIZER.rotated_warps if hadamard else QUANTIZER.plain_warps
     launch(_quantize_operand_kernel, grid, *args, **common, p_key_exps=key_exps, p_key_rec=key_rec,

@@ -1,4 +1,5 @@
-"""The Q/K launch of the fused quantizer on the GPU, in Gluon: one thread per token row.
+"""The Q/K launch of the fused quantizer on the GPU (and the all-4-bit route's V launch), in
+Gluon: one thread per token row.
 
 The Hadamard rotation pairs head-dim elements at distances 1 to D/2. In the Triton kernel
 (``quantize._quantize_operand_kernel``) the compiler spreads a row over threads, so most
@@ -10,13 +11,14 @@ minimum, no exchange). A row per thread would make each 16-byte load and store o
 touch 32 rows, so the rows arrive and leave in coalesced layouts (16 bytes per thread along
 a row) and change layout through shared memory. The transposed codes leave first and in
 pieces of head-dim rows (``_store_columns``), so the whole tile's moved values are never
-live at once and more warps fit on an SM. The mixed NVFP4 route's score codes come from the
-same rows: a row's 16-element groups lie in its thread, so their maxima and scales need no
-exchange either.
+live at once and more warps fit on an SM. The mixed NVFP4 route's score codes and the
+all-4-bit route's values (whose Q and K are not rotated) come from the same rows: a row's
+16-element groups lie in its thread, and so do a transposed piece's 16-token groups, so their
+maxima and scales need no exchange either.
 
 The arithmetic is the Triton kernel's, through the same helpers (``rotate``,
-``block_exponents``, ``to_e4m3``, ``fp4.group_score_codes``; layout.py's ``unit_columns``,
-``zero_padding``), so the codes
+``block_exponents``, ``to_e4m3``, ``fp4.group_score_codes``, ``fp4.token_group_values``,
+``fp4.e2m1_pow2``; layout.py's ``unit_columns``, ``zero_padding``), so the codes
 are equal bit for bit; the GPU tests check them against the torch reference. Gluon has no
 CPU interpreter, so under TRITON_INTERPRET ``quantize_operand`` runs the Triton kernel,
 which the CPU suite checks the same way.
@@ -24,10 +26,11 @@ which the CPU suite checks the same way.
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from .fp4 import G_SHIFT, GROUP, group_score_codes
-from .fp8 import block_exponents, inf_to_nan, pow2, to_e4m3
+from .fp4 import G_SHIFT, GROUP, e2m1_pow2, group_score_codes, token_group_values
+from .fp8 import E4M3_EQ, E4M3_MQ, abs_max, block_exponents, inf_to_nan, pow2, scale_exponent, to_e4m3
 from .hadamard import rotate
 from .launch import PACKING_INTS
+from .records import UNIT_FACTORS
 from .layout import column_offsets, mma_token_order, unit_columns, zero_padding
 from .worklist import program_tile_within
 
@@ -55,41 +58,52 @@ def _score_codes(b_x, b_e):
 
 
 @gluon.jit
-def _store_columns(p_t, b_x, b_f, d0, o_c, m_c, h, T_t, D: gl.constexpr, PIECE: gl.constexpr, COLS: gl.constexpr,
-                   FINITE: gl.constexpr):
-    """Store the E4M3 codes of b_x [UNIT, C] fp32 (a token row per thread) times b_f as
-    head-dim rows d0..d0+C of head h of the transposed codes [H, D, T_t], at columns o_c where
-    m_c (b_f, o_c, m_c: [UNIT] each, in layout SliceLayout(0, COLS); b_f None: b_x is scaled
-    already), PIECE rows at a time: each piece goes through shared memory alone, so the moved
-    values of the whole tile are never live at once (fewer registers per thread, so more
-    warps per SM). FINITE: b_x has no +-inf (``inf_to_nan`` done), else each piece is made so."""
+def _store_columns(p_t, p_diag, b_x, b_tok, d0, o_c, m_c, h, T_t, D: gl.constexpr, PIECE: gl.constexpr,
+                   COLS: gl.constexpr, FINITE: gl.constexpr, FP4: gl.constexpr):
+    """Store b_x [UNIT, C] fp32 (a token row per thread) as head-dim rows d0..d0+C of head h of
+    a transposed operand [H, D, T_t], at columns o_c where m_c (b_tok, o_c, m_c: [UNIT] each,
+    in layout SliceLayout(0, COLS)), PIECE rows at a time: each piece goes through shared
+    memory alone, so the moved values of the whole tile are never live at once (fewer
+    registers per thread, so more warps per SM). What a piece becomes: the E4M3 codes of b_x
+    times b_tok (None: b_x is scaled), FINITE: b_x has no +-inf (``inf_to_nan`` done), else
+    each piece is made so; with FP4 the all-4-bit route's bf16 values in 16-token groups
+    (``fp4.token_group_values``: a thread's 16 consecutive tokens), and where p_diag is given
+    its per-token values there, under each token's max |x| b_tok (``fp4.e2m1_pow2``)."""
     UNIT: gl.constexpr = b_x.shape[0]
     C: gl.constexpr = b_x.shape[1]
     if C > PIECE:
         b_lo, b_hi = gl.split(gl.permute(gl.reshape(b_x, [UNIT, 2, C // 2]), [0, 2, 1]))  # [UNIT, C / 2] each
-        _store_columns(p_t, b_lo, b_f, d0, o_c, m_c, h, T_t, D, PIECE, COLS, FINITE)
-        _store_columns(p_t, b_hi, b_f, d0 + C // 2, o_c, m_c, h, T_t, D, PIECE, COLS, FINITE)
+        _store_columns(p_t, p_diag, b_lo, b_tok, d0, o_c, m_c, h, T_t, D, PIECE, COLS, FINITE, FP4)
+        _store_columns(p_t, p_diag, b_hi, b_tok, d0 + C // 2, o_c, m_c, h, T_t, D, PIECE, COLS, FINITE, FP4)
     else:
-        if b_f is None and not FINITE:
-            b_x = inf_to_nan(b_x)
         o_d = d0 + gl.arange(0, C, layout=gl.SliceLayout(1, COLS)).to(gl.int64)  # [C] head-dim rows
-        # fp32 values move and round after: moved as fp8 or int8, the transposed codes come
-        # back wrong (Triton 3.6's layout conversion through shared memory).
+        o_t = column_offsets(o_d, o_c, h, T_t, D)
         b_t = gl.permute(b_x, [1, 0])  # [C, UNIT]
-        b_t = gl.convert_layout(mma_token_order(b_t, gl.float8e4nv), COLS)
-        if b_f is not None:
-            # the columns hold their tokens in mma_token_order, so the factors move with them
-            b_f = gl.reshape(mma_token_order(gl.expand_dims(b_f, 0), gl.float8e4nv), [UNIT])  # [UNIT]
-            b_t = b_t * gl.convert_layout(b_f, gl.SliceLayout(0, COLS))[None, :]
-            if not FINITE:
+        if not FP4:
+            if b_tok is None and not FINITE:
                 b_t = inf_to_nan(b_t)
-        gl.store(p_t + column_offsets(o_d, o_c, h, T_t, D), to_e4m3(b_t, False), mask=m_c[None, :])
+            # fp32 values move and round after: moved as fp8 or int8, the transposed codes
+            # come back wrong (Triton 3.6's layout conversion through shared memory).
+            b_t = gl.convert_layout(mma_token_order(b_t, gl.float8e4nv), COLS)
+            if b_tok is not None:
+                # the columns hold their tokens in mma_token_order, so the factors move with them
+                b_f = gl.reshape(mma_token_order(gl.expand_dims(b_tok, 0), gl.float8e4nv), [UNIT])  # [UNIT]
+                b_t = b_t * gl.convert_layout(b_f, gl.SliceLayout(0, COLS))[None, :]
+                if not FINITE:
+                    b_t = inf_to_nan(b_t)
+            gl.store(p_t + o_t, to_e4m3(b_t, False), mask=m_c[None, :])
+        else:
+            b_t = gl.convert_layout(b_t, COLS)  # BF16's token order is the tokens' own
+            gl.store(p_t + o_t, gl.convert_layout(token_group_values(b_t), COLS).to(gl.bfloat16), mask=m_c[None, :])
+            if p_diag is not None:
+                gl.store(p_diag + o_t, e2m1_pow2(b_t, b_tok[None, :]).to(gl.bfloat16), mask=m_c[None, :])
 
 
 @gluon.jit
 def _rotated_unit(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_work, width, T_t, H, h, num_docs,
-                  inv_sqrt_d, D: gl.constexpr, UNIT: gl.constexpr, BLOCK: gl.constexpr, HADAMARD_STAGES: gl.constexpr,
-                  T_ALIGN: gl.constexpr, PARTS: gl.constexpr, SCORES: gl.constexpr):
+                  inv_sqrt_d, p_diag_t, p_key_rec, T, D: gl.constexpr, UNIT: gl.constexpr, BLOCK: gl.constexpr,
+                  HADAMARD_STAGES: gl.constexpr, T_ALIGN: gl.constexpr, PARTS: gl.constexpr, SCORES: gl.constexpr,
+                  FP4: gl.constexpr):
     """This program's unit of head h (int64) of one operand."""
     # [UNIT, D]: a token row per thread, for the butterflies. LOAD and STORE: 16 bytes per
     # thread, consecutive threads along a row, so each warp reads and writes whole rows at once
@@ -110,21 +124,51 @@ def _rotated_unit(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_w
         o_j = gl.arange(0, 2 * T_ALIGN, layout=gl.SliceLayout(0, COLS))
         zero_padding(p_codes_t, cu_seqlens_t, doc, (end - start).to(gl.int32), num_docs, h, o_d, o_j, T_t, D,
                      T_ALIGN)
+        if p_diag_t is not None:
+            zero_padding(p_diag_t, cu_seqlens_t, doc, (end - start).to(gl.int32), num_docs, h, o_d, o_j, T_t, D,
+                         T_ALIGN)
     if start + unit * UNIT >= end:
         return
     # Rows past the document's end load as zeros: they add nothing to a block maximum.
     o_x, m_x = _rows(start + unit * UNIT, end, h, H, UNIT, D, LOAD)
     b_x = gl.convert_layout(gl.load(p_x + o_x, mask=m_x, other=0.0), ROWS)  # [UNIT, D]
     b_x = rotate(b_x.to(gl.float32), inv_sqrt_d, HADAMARD_STAGES)
-    b_e = gl.convert_layout(block_exponents(b_x, BLOCK), gl.SliceLayout(1, ROWS))  # [UNIT]
     # [UNIT] this unit's columns of codes_t, valid up to its document's next multiple of T_ALIGN
     o_c, m_c = unit_columns(cu_seqlens_t, doc, (end - start).to(gl.int32),
                             unit * UNIT + gl.arange(0, UNIT, layout=gl.SliceLayout(0, COLS)), T_ALIGN)
+    if FP4:
+        # The all-4-bit route (quantize._quantize_unit's FP4): every scale folded into bf16
+        # values, exponents 0; NVFP4 rows on each token's own g.
+        b_amax = abs_max(b_x, 1)  # [UNIT]
+        _store_columns(p_codes_t, p_diag_t, b_x, gl.convert_layout(b_amax, gl.SliceLayout(0, COLS)), 0, o_c, m_c, h,
+                       T_t, D, D // PARTS, COLS, True, True)
+        b_g = scale_exponent(b_amax, E4M3_EQ, E4M3_MQ)  # [UNIT] each token's NVFP4 exponent
+        b_v = gl.convert_layout(_score_codes(b_x, b_g), ROWS) * pow2(b_g)[:, None]  # [UNIT, D]
+        o_x, m_x = _rows(start + unit * UNIT, end, h, H, UNIT, D, STORE)
+        gl.store(p_codes + o_x, gl.convert_layout(b_v.to(gl.bfloat16), STORE), mask=m_x)
+        b_e = gl.zeros([UNIT], gl.int32, layout=gl.SliceLayout(1, ROWS))
+    else:
+        b_e = gl.convert_layout(block_exponents(b_x, BLOCK), gl.SliceLayout(1, ROWS))  # [UNIT]
+        _rotated_codes(p_codes, p_codes_t, b_x, b_e, o_c, m_c, start, end, unit, h, T_t, H, D, UNIT, PARTS, SCORES,
+                       ROWS, STORE, COLS)
+    o_t = start + unit * UNIT + gl.arange(0, UNIT, layout=gl.SliceLayout(1, ROWS))  # [UNIT] packed rows
+    gl.store(p_exps + o_t * H + h, b_e.to(gl.int8), mask=o_t < end)
+    if p_key_rec is not None:  # the all-4-bit route's V: K's and V's exponents are 0
+        gl.store(p_key_rec + h * T + o_t, gl.full([UNIT], UNIT_FACTORS, gl.int32, layout=gl.SliceLayout(1, ROWS)),
+                 mask=o_t < end)
+
+
+@gluon.jit
+def _rotated_codes(p_codes, p_codes_t, b_x, b_e, o_c, m_c, start, end, unit, h, T_t, H, D: gl.constexpr,
+                   UNIT: gl.constexpr, PARTS: gl.constexpr, SCORES: gl.constexpr, ROWS: gl.constexpr,
+                   STORE: gl.constexpr, COLS: gl.constexpr):
+    """The E4M3 transposed codes of rows b_x [UNIT, D] fp32 on exponents b_e [UNIT] int32, and
+    their row codes (SCORES: ``rotated_operand_kernel``'s)."""
     if SCORES == 1:
         # NVFP4 score codes (their 16-element groups lie in one thread) come from x itself, so
         # the transposed codes scale x piece by piece: x and a scaled copy are never live together.
-        _store_columns(p_codes_t, b_x, gl.convert_layout(pow2(-b_e), gl.SliceLayout(0, COLS)), 0, o_c, m_c, h, T_t,
-                       D, D // PARTS, COLS, False)
+        _store_columns(p_codes_t, None, b_x, gl.convert_layout(pow2(-b_e), gl.SliceLayout(0, COLS)), 0, o_c, m_c, h,
+                       T_t, D, D // PARTS, COLS, False, False)
         o_x, m_x = _rows(start + unit * UNIT, end, h, H, UNIT, D, STORE)
         gl.store(p_codes + o_x, gl.convert_layout(_score_codes(b_x, b_e).to(gl.bfloat16), STORE), mask=m_x)
     else:
@@ -133,7 +177,7 @@ def _rotated_unit(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_w
             b_scaled = inf_to_nan(b_scaled)
         # The transposed codes before the row codes, while b_scaled is live anyway: then the
         # row codes' layout change does not hold b_scaled and the moved values together.
-        _store_columns(p_codes_t, b_scaled, None, 0, o_c, m_c, h, T_t, D, D // PARTS, COLS, SCORES == 0)
+        _store_columns(p_codes_t, None, b_scaled, None, 0, o_c, m_c, h, T_t, D, D // PARTS, COLS, SCORES == 0, False)
         o_x, m_x = _rows(start + unit * UNIT, end, h, H, UNIT, D, STORE)
         if SCORES == 2:  # bf16_scores: the row codes are S's BF16 codes
             gl.store(p_codes + o_x, gl.convert_layout(b_scaled.to(gl.bfloat16), STORE), mask=m_x)
@@ -141,26 +185,28 @@ def _rotated_unit(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_w
             # The codes change layout as int8: as fp8, a layout change returned wrong codes.
             b_c = gl.convert_layout(to_e4m3(b_scaled, False).to(gl.int8, bitcast=True), STORE)
             gl.store(p_codes + o_x, b_c.to(gl.float8e4nv, bitcast=True), mask=m_x)
-    o_t = start + unit * UNIT + gl.arange(0, UNIT, layout=gl.SliceLayout(1, ROWS))  # [UNIT] packed rows
-    gl.store(p_exps + o_t * H + h, b_e.to(gl.int8), mask=o_t < end)
 
 
 @gluon.jit(do_not_specialize=PACKING_INTS)
 def rotated_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_work, width, T_t, H,
                            p_x2, p_codes2, p_codes_t2, p_exps2, cu_seqlens2, cu_seqlens_t2, p_work2, width2, T_t2, H2,
-                           num_docs, inv_sqrt_d, D: gl.constexpr, UNIT: gl.constexpr, BLOCK: gl.constexpr,
-                           HADAMARD_STAGES: gl.constexpr, T_ALIGN: gl.constexpr, PARTS: gl.constexpr,
-                           PAIR: gl.constexpr, SCORES: gl.constexpr):
+                           num_docs, inv_sqrt_d, p_diag_t, p_diag_t2, p_key_rec, T, D: gl.constexpr, UNIT: gl.constexpr,
+                           BLOCK: gl.constexpr, HADAMARD_STAGES: gl.constexpr, T_ALIGN: gl.constexpr,
+                           PARTS: gl.constexpr, PAIR: gl.constexpr, SCORES: gl.constexpr, FP4: gl.constexpr):
     """Program ((document, unit), head), UNIT = 32 * num_warps tokens: the arguments and the
     outputs of ``quantize._quantize_operand_kernel`` with the rotation on and the transposed
     codes written (PAIR: heads H.. quantize the second operand); PARTS: the transposed codes
     leave in PARTS pieces of D / PARTS head-dim rows (``_store_columns``); SCORES: what the
     row codes hold, as ``quantize._quantize_unit``'s (0 E4M3 codes, 1 the mixed NVFP4 route's
-    score codes, 2 BF16 codes), each on the same exponents; the transposed codes are E4M3."""
+    score codes, 2 BF16 codes), each on the same exponents, with E4M3 transposed codes; FP4:
+    the all-4-bit route's bf16 values instead, with each operand's per-token transposed
+    values where p_diag_t (p_diag_t2) is given, and V's key records (the first operand's,
+    p_key_rec [H, T] int32) where p_key_rec is given."""
     h = gl.program_id(1).to(gl.int64)
     if PAIR and h >= H:
         _rotated_unit(p_x2, p_codes2, p_codes_t2, p_exps2, cu_seqlens2, cu_seqlens_t2, p_work2, width2, T_t2, H2,
-                      h - H, num_docs, inv_sqrt_d, D, UNIT, BLOCK, HADAMARD_STAGES, T_ALIGN, PARTS, SCORES)
+                      h - H, num_docs, inv_sqrt_d, p_diag_t2, None, T, D, UNIT, BLOCK, HADAMARD_STAGES, T_ALIGN, PARTS,
+                      SCORES, FP4)
     else:
         _rotated_unit(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_work, width, T_t, H, h, num_docs,
-                      inv_sqrt_d, D, UNIT, BLOCK, HADAMARD_STAGES, T_ALIGN, PARTS, SCORES)
+                      inv_sqrt_d, p_diag_t, p_key_rec, T, D, UNIT, BLOCK, HADAMARD_STAGES, T_ALIGN, PARTS, SCORES, FP4)
