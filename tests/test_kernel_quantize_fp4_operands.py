@@ -150,7 +150,7 @@ def test_pair_writes_what_two_launches_write(lengths_k, hadamard):
     _assert_operand(got_k, k, cu_k, hadamard, diagonal=True)
 
 
-def _assert_grad_output(do, o, ro, cu, sigma: int) -> None:
+def _assert_grad_output(do, o, ro, cu, sigma: int, step: int = STEP) -> None:
     """do_codes and dot_codes_t bit for bit, exponents 0, D within summation-order noise, the
     query records those of records.query_records over the same inputs (zero dO exponents)."""
     total, heads, d = do.shape
@@ -158,7 +158,7 @@ def _assert_grad_output(do, o, ro, cu, sigma: int) -> None:
     q_exps = torch.zeros(total, heads, dtype=torch.int8, device=DEVICE)  # the fp4 Q's
     pv = torch.randint(-100, 28, (total, 1), generator=g, dtype=torch.int32).to(DEVICE)
     m = torch.randn(heads, total, generator=g).to(DEVICE)
-    got = quantize_fp4_grad_output(do, o, ro, cu, STEP, q_exps=q_exps, pv=pv, m=m, sigma=sigma)
+    got = quantize_fp4_grad_output(do, o, ro, cu, step, q_exps=q_exps, pv=pv, m=m, sigma=sigma)
     cu_cpu = cu.cpu()
     want = ref.quantize_fp4_grad_output(do.cpu(), o.cpu(), ro.cpu(), cu_cpu, int(cu_cpu.diff().max()))
     assert got.do_codes.dtype == torch.bfloat16
@@ -283,3 +283,13 @@ def test_real_size_matches_reference_on_gpu(hadamard):
     _assert_operand(v, k, cu, False, diagonal=True)
     assert (v.key_rec == (127 << 23) | (127 << 15)).all()
     _assert_grad_output(q, _rows(lengths, 16, d, seed=9), _ro(lengths, 16, seed=10), cu, sigma=5)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("d, step", [(64, 64), (128, 32), (128, 64)])
+def test_grad_output_steps_match_reference_on_gpu(d, step):
+    """The GPU's dO launch (grad_output_gluon.py: its warps follow the step and head dim) on odd,
+    one-token and empty documents, at the kernels' steps (32 for the BF16-code tiles at d=128)."""
+    do, o, ro = _rows(LENGTHS, 4, d, seed=d + step), _rows(LENGTHS, 4, d, seed=1), _ro(LENGTHS, 4, seed=step)
+    _assert_grad_output(do, o, ro, _cu_seqlens(LENGTHS), sigma=3, step=step)

@@ -102,3 +102,18 @@ def test_rotated_quantizer_forms_nvfp4_groups_in_registers(tmp_path, recipe):
         assert rest == 0 and copies in (1, 2), r["opcodes"]
         assert r["opcodes"].get("SHFL", 0) <= copies * 5, r["opcodes"]
         assert r["LDL/STL"] < copies * 32
+
+
+@needs_cuobjdump
+def test_fp4_grad_output_holds_a_group_per_thread(tmp_path):
+    """The all-4-bit dO launch is the Gluon kernel of grad_output_gluon.py: a thread holds one
+    16-element group of a row (three divisions per group: its scale's reciprocal, the
+    rounded-up ratio and its check; a fourth is the query record's D / 2^edO) and 16 tokens of one transposed row, so threads exchange
+    only a row's maximum, its NaN flag and its sum D (a butterfly over the D / 16 threads of
+    a row each: the Triton launch takes 66 shuffles), and nothing spills."""
+    out = tmp_path / "sass.json"
+    assert sass_offline.main(["--workload", "logu11-16k", "--recipe", "fp4", "--kernels", "^fp4_grad_output_kernel$",
+                              "--out", str(out)]) == 0
+    (r,) = json.loads(out.read_text())["kernels"].values()
+    assert r["opcodes"].get("FCHK", 0) == 3 + 1 and r["opcodes"].get("SHFL", 0) <= 3 * 3, r["opcodes"]
+    assert r["LDL/STL"] == 0

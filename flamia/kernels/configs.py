@@ -192,9 +192,6 @@ class QuantizerTiles:
     # (docs/PERFORMANCE.md). On the GPU the Q, K and all-4-bit V launches that form them are
     # the Gluon one at rotated_warps.
     nvfp4_warps: int = 4
-    # The all-4-bit dO launch: NVFP4 groups of dO and 16-token groups of dO ro over a 64-token
-    # step spill at 4 warps and d=128 (offline SASS, Triton 3.6).
-    fp4_grad_output_warps: int = 8
 
     def __post_init__(self):
         if self.transposed_parts not in (1, 2, 4):

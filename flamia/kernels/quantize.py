@@ -37,10 +37,11 @@ from .fp8 import abs_max, block_exponents, inf_to_nan, interpreting, pow2, to_co
 from .hadamard import rotate
 from .layout import (T_ALIGN, aligned_starts, check_operand, column_offsets, mma_token_order,
                      transposed_extent, unit_columns, zero_padding)
+from .grad_output_gluon import fp4_grad_output_kernel
 from .rotated_quantizer import rotated_operand_kernel
 from .worklist import list_extent, program_tile, program_tile_within, tile_list
 from .launch import PACKING_INTS, launch
-from .records import check_sigma
+from .records import check_sigma, store_query_records
 
 @dataclass(frozen=True)
 class KernelOperand:
@@ -269,16 +270,9 @@ def _quantize_grad_output_kernel(p_do, p_o, p_ro, p_do_codes, p_do_exps, p_dot_t
         b_dot = token_group_values(b_dot)
     _store_transposed(p_dot_t, b_dot, _unit_cols(cu_seqlens, cu_seqlens_t, doc, unit, STEP, T_ALIGN), h, T_t, D,
                       CODES, INTERPRET)
-    if RECORDS:
-        # records.query_records of these rows, from the values stored above (exponents as int8)
-        e_q = tl.load(p_qe + o_t * H + h, mask=m_t, other=0).to(tl.int32)
-        dof = pow2(b_e.to(tl.int8).to(tl.int32))  # exact products and a correctly rounded quotient, as there
-        o_r = (h * T + o_t) * 4
-        pv = tl.load(p_pv + o_t * heads_kv + h // GROUP, mask=m_t, other=0)
-        tl.store(p_rec + o_r, tl.load(p_m + h * T + o_t, mask=m_t).to(tl.int32, bitcast=True), mask=m_t)
-        tl.store(p_rec + o_r + 1, ((b_ro * dof) * pow2(e_q)).to(tl.int32, bitcast=True), mask=m_t)
-        tl.store(p_rec + o_r + 2, tl.math.div_rn(b_delta, dof).to(tl.int32, bitcast=True), mask=m_t)
-        tl.store(p_rec + o_r + 3, ((e_q + 127) << 23) | ((SIGMA - pv + 127) << 15), mask=m_t)
+    if RECORDS:  # records.query_records of these rows, from the values stored above (exponents as int8)
+        store_query_records(p_rec, p_qe, p_pv, p_m, o_t, m_t, h, T, H, heads_kv, b_ro,
+                            b_e.to(tl.int8).to(tl.int32), b_delta, GROUP, SIGMA)
 
 
 def _check_rows(x: torch.Tensor, name: str) -> None:
@@ -469,6 +463,12 @@ def _launch_pair(sides: list[_Side], block: int, hadamard: bool, fmt: OperandFor
         _launch_operands(group, block, hadamard, True, fmt, scores, fp4=fp4)
 
 
+def _fp4_grad_output_warps(step: int, d: int) -> int:
+    """The Gluon dO launch's warps for a step of ``step`` tokens at head dim d: a thread per
+    16-element group (at most 16 warps)."""
+    return max(1, min(16, step * d // (16 * 32)))
+
+
 def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu_seqlens: torch.Tensor,
                          block: int = 32, step: int = 64, cu_seqlens_t: torch.Tensor | None = None,
                          work: torch.Tensor | None = None, q_exps: torch.Tensor | None = None,
@@ -518,10 +518,14 @@ def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu
         records = torch.empty((heads, total, 4), dtype=torch.int32, device=dev)
     if total:
         grid, args = _units(cu_seqlens, total, step, heads, work)
-        warps = QUANTIZER.fp4_grad_output_warps if fp4 else 4
-        launch(_quantize_grad_output_kernel, grid, do, o, ro.contiguous(), do_codes, do_exps, dot_codes_t, dot_exps,
-               delta, cu_seqlens, cu_t, T=total, T_t=dot_codes_t.shape[2], H=heads, p_qe=q_exps, p_pv=pv, p_m=m,
-               p_rec=records, heads_kv=heads_kv, D=d, STEP=step, BLOCK=block, RECORDS=records is not None,
-               GROUP=heads // heads_kv if records is not None else 1, SIGMA=sigma, FP4=fp4, T_ALIGN=T_ALIGN,
-               CODES=fmt.codes, INTERPRET=interpreting(), num_warps=warps, **args)
+        common = dict(T=total, T_t=dot_codes_t.shape[2], H=heads, p_qe=q_exps, p_pv=pv, p_m=m, p_rec=records,
+                      heads_kv=heads_kv, D=d, STEP=step, RECORDS=records is not None,
+                      GROUP=heads // heads_kv if records is not None else 1, SIGMA=sigma, T_ALIGN=T_ALIGN, **args)
+        outputs = (do, o, ro.contiguous(), do_codes, do_exps, dot_codes_t, dot_exps, delta, cu_seqlens, cu_t)
+        if fp4 and d <= 512 and not interpreting():  # its layouts hold 16 of a row's elements per lane
+            # a thread per 16-element group, so the groups' maxima need no shuffles (grad_output_gluon.py)
+            launch(fp4_grad_output_kernel, grid, *outputs, **common, num_warps=_fp4_grad_output_warps(step, d))
+        else:
+            launch(_quantize_grad_output_kernel, grid, *outputs, **common, BLOCK=block, FP4=fp4, CODES=fmt.codes,
+                   INTERPRET=interpreting(), num_warps=4)
     return KernelGradOutput(do_codes, do_exps, dot_codes_t, dot_exps, delta, cu_t, records)

@@ -77,17 +77,26 @@ def _query_records_kernel(p_qe, p_doe, p_pv, p_m, p_ro, p_delta, p_rec, total, h
     h = tl.program_id(1).to(tl.int64)
     t = tl.program_id(0).to(tl.int64) * N + tl.arange(0, N)  # [N] rows
     m_t = t < total
-    e_q = tl.load(p_qe + t * heads_q + h, mask=m_t, other=0).to(tl.int32)
     e_do = tl.load(p_doe + t * heads_q + h, mask=m_t, other=0).to(tl.int32)
+    o_h = h * total + t  # [N] the row in [Hq, Tq] order
+    store_query_records(p_rec, p_qe, p_pv, p_m, t, m_t, h, total, heads_q, heads_kv, tl.load(p_ro + o_h, mask=m_t),
+                        e_do, tl.load(p_delta + o_h, mask=m_t), GROUP, SIGMA)
+
+
+@triton.jit
+def store_query_records(p_rec, p_qe, p_pv, p_m, t, m_t, h, total, heads_q, heads_kv, ro, e_do, delta,
+                        GROUP: tl.constexpr, SIGMA: tl.constexpr):
+    """Store ``query_records``' records of rows t [N] int64 (where m_t) of query head h (int64)
+    from their ro, dO exponents e_do (int32, as stored) and delta [N] and the records' other
+    inputs in memory (q_exps p_qe, pv p_pv, m p_m; GROUP query heads per KV head)."""
+    e_q = tl.load(p_qe + t * heads_q + h, mask=m_t, other=0).to(tl.int32)
     pv = tl.load(p_pv + t * heads_kv + h // GROUP, mask=m_t, other=0)
     o_h = h * total + t  # [N] the row in [Hq, Tq] order
     o_r = o_h * 4
     tl.store(p_rec + o_r, tl.load(p_m + o_h, mask=m_t).to(tl.int32, bitcast=True), mask=m_t)
     dof = pow2(e_do)  # exact products and a correctly rounded quotient: IEEE, as torch computes them
-    rq = (tl.load(p_ro + o_h, mask=m_t) * dof) * pow2(e_q)
-    deltad = tl.math.div_rn(tl.load(p_delta + o_h, mask=m_t), dof)
-    tl.store(p_rec + o_r + 1, rq.to(tl.int32, bitcast=True), mask=m_t)
-    tl.store(p_rec + o_r + 2, deltad.to(tl.int32, bitcast=True), mask=m_t)
+    tl.store(p_rec + o_r + 1, ((ro * dof) * pow2(e_q)).to(tl.int32, bitcast=True), mask=m_t)
+    tl.store(p_rec + o_r + 2, tl.math.div_rn(delta, dof).to(tl.int32, bitcast=True), mask=m_t)
     tl.store(p_rec + o_r + 3, ((e_q + 127) << 23) | ((SIGMA - pv + 127) << 15), mask=m_t)
 
 

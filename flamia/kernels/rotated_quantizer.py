@@ -36,7 +36,7 @@ from .worklist import program_tile_within
 
 
 @gluon.jit
-def _rows(t0, end, h, H, UNIT: gl.constexpr, D: gl.constexpr, L: gl.constexpr):
+def packed_rows(t0, end, h, H, UNIT: gl.constexpr, D: gl.constexpr, L: gl.constexpr):
     """Offsets [UNIT, D] (int64) of head h's elements of packed rows t0.. in [T, H, D], in
     layout L, and the mask of the rows before ``end``."""
     o_t = t0 + gl.arange(0, UNIT, layout=gl.SliceLayout(1, L))  # [UNIT]
@@ -45,16 +45,24 @@ def _rows(t0, end, h, H, UNIT: gl.constexpr, D: gl.constexpr, L: gl.constexpr):
 
 
 @gluon.jit
+def group_score_codes_in(b_x, b_e, GROUPS: gl.constexpr):
+    """``fp4.score_codes`` of b_x [U, D] fp32 on the exponents b_e [U] int32, formed in GROUPS,
+    a layout of [U, D / 16, 16] whose threads each hold whole 16-element groups, so their
+    maxima need no exchange: [U, D] fp32."""
+    U: gl.constexpr = b_x.shape[0]
+    D: gl.constexpr = b_x.shape[1]
+    b_groups = gl.convert_layout(gl.reshape(b_x, [U, D // GROUP, GROUP]), GROUPS)  # [U, D / 16, 16]
+    b_g = pow2(gl.convert_layout(b_e, gl.SliceLayout(1, gl.SliceLayout(2, GROUPS))) - G_SHIFT)  # [U]
+    return gl.reshape(group_score_codes(b_groups, b_g[:, None, None]), [U, D])
+
+
+@gluon.jit
 def _score_codes(b_x, b_e):
-    """``fp4.score_codes`` of b_x [UNIT, D] fp32 (a token row per thread) on the exponents
-    b_e [UNIT] int32, in a layout that holds each row's 16-element groups in its thread:
-    [UNIT, D] fp32."""
-    UNIT: gl.constexpr = b_x.shape[0]
+    """``group_score_codes_in`` of b_x [UNIT, D] fp32 (a token row per thread): a row's groups
+    in its thread."""
     D: gl.constexpr = b_x.shape[1]
     GROUPS: gl.constexpr = gl.BlockedLayout([1, D // GROUP, GROUP], [32, 1, 1], [gl.num_warps(), 1, 1], [2, 1, 0])
-    b_groups = gl.convert_layout(gl.reshape(b_x, [UNIT, D // GROUP, GROUP]), GROUPS)  # [UNIT, D / 16, 16]
-    b_g = pow2(gl.convert_layout(b_e, gl.SliceLayout(1, gl.SliceLayout(2, GROUPS))) - G_SHIFT)  # [UNIT]
-    return gl.reshape(group_score_codes(b_groups, b_g[:, None, None]), [UNIT, D])
+    return group_score_codes_in(b_x, b_e, GROUPS)
 
 
 @gluon.jit
@@ -130,7 +138,7 @@ def _rotated_unit(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_w
     if start + unit * UNIT >= end:
         return
     # Rows past the document's end load as zeros: they add nothing to a block maximum.
-    o_x, m_x = _rows(start + unit * UNIT, end, h, H, UNIT, D, LOAD)
+    o_x, m_x = packed_rows(start + unit * UNIT, end, h, H, UNIT, D, LOAD)
     b_x = gl.convert_layout(gl.load(p_x + o_x, mask=m_x, other=0.0), ROWS)  # [UNIT, D]
     b_x = rotate(b_x.to(gl.float32), inv_sqrt_d, HADAMARD_STAGES)
     # [UNIT] this unit's columns of codes_t, valid up to its document's next multiple of T_ALIGN
@@ -144,7 +152,7 @@ def _rotated_unit(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_w
                        T_t, D, D // PARTS, COLS, True, True)
         b_g = scale_exponent(b_amax, E4M3_EQ, E4M3_MQ)  # [UNIT] each token's NVFP4 exponent
         b_v = gl.convert_layout(_score_codes(b_x, b_g), ROWS) * pow2(b_g)[:, None]  # [UNIT, D]
-        o_x, m_x = _rows(start + unit * UNIT, end, h, H, UNIT, D, STORE)
+        o_x, m_x = packed_rows(start + unit * UNIT, end, h, H, UNIT, D, STORE)
         gl.store(p_codes + o_x, gl.convert_layout(b_v.to(gl.bfloat16), STORE), mask=m_x)
         b_e = gl.zeros([UNIT], gl.int32, layout=gl.SliceLayout(1, ROWS))
     else:
@@ -169,7 +177,7 @@ def _rotated_codes(p_codes, p_codes_t, b_x, b_e, o_c, m_c, start, end, unit, h, 
         # the transposed codes scale x piece by piece: x and a scaled copy are never live together.
         _store_columns(p_codes_t, None, b_x, gl.convert_layout(pow2(-b_e), gl.SliceLayout(0, COLS)), 0, o_c, m_c, h,
                        T_t, D, D // PARTS, COLS, False, False)
-        o_x, m_x = _rows(start + unit * UNIT, end, h, H, UNIT, D, STORE)
+        o_x, m_x = packed_rows(start + unit * UNIT, end, h, H, UNIT, D, STORE)
         gl.store(p_codes + o_x, gl.convert_layout(_score_codes(b_x, b_e).to(gl.bfloat16), STORE), mask=m_x)
     else:
         b_scaled = b_x * pow2(-b_e)[:, None]  # [UNIT, D]
@@ -178,7 +186,7 @@ def _rotated_codes(p_codes, p_codes_t, b_x, b_e, o_c, m_c, start, end, unit, h, 
         # The transposed codes before the row codes, while b_scaled is live anyway: then the
         # row codes' layout change does not hold b_scaled and the moved values together.
         _store_columns(p_codes_t, None, b_scaled, None, 0, o_c, m_c, h, T_t, D, D // PARTS, COLS, SCORES == 0, False)
-        o_x, m_x = _rows(start + unit * UNIT, end, h, H, UNIT, D, STORE)
+        o_x, m_x = packed_rows(start + unit * UNIT, end, h, H, UNIT, D, STORE)
         if SCORES == 2:  # bf16_scores: the row codes are S's BF16 codes
             gl.store(p_codes + o_x, gl.convert_layout(b_scaled.to(gl.bfloat16), STORE), mask=m_x)
         else:
