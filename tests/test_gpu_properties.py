@@ -14,8 +14,9 @@ its 8 combinations. Checks:
   4-bit P codes move by a third of their value across a rounding); where the emulator's dQ
   or dK is exactly 0 (every query sees one key, and l from the P codes makes dP - D cancel),
   the kernel's norm within the FP8 MMA's rounding of dP (``cancellation_floor``); LSE +inf on
-  exactly the emulator's rows and within 1e-2 of it elsewhere (test_kernel_fwd.py's
-  ``assert_near`` bound on the kernel's LSE);
+  exactly the emulator's rows and within 1e-2 of it elsewhere, or with l from the P codes
+  within one P code flip more on at most 1% of the rows (test_kernel_fwd.py's
+  ``assert_lse_near``);
 - isolation: one document's Q, K, V and dO redrawn 1000x larger leave every other
   document's O, LSE, dQ, dK, dV bitwise unchanged.
 """

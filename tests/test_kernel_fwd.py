@@ -164,8 +164,9 @@ def assert_near(got, fwd):
     integer (m then differs, and l and ro by a power of two, not lse or O): m must agree on
     almost every row, ro on the rows where m agrees, lse and O everywhere. The bounds sit a
     decade above the expected effects (approximate exp2 ~2^-22, reduced-precision FP8
-    accumulation ~2^-13 in S and O); a masking or indexing error moves these errors to order
-    one. The printed errors calibrate them."""
+    accumulation ~2^-13 in S and O), and with l from the P codes allow the rare rows where one
+    P rounds to a neighbouring code (``assert_rows_near``); a masking or indexing error moves
+    these errors to order one. The printed errors calibrate them."""
     out, lse, m, ro = got
     assert_invalid_rows(got, fwd)
     same_m = m == fwd.m
