@@ -289,7 +289,7 @@ def test_real_size_matches_reference_on_gpu(hadamard):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("d, step", [(64, 64), (128, 32), (128, 64)])
 def test_grad_output_steps_match_reference_on_gpu(d, step):
-    """The GPU's dO launch (grad_output_gluon.py: its warps follow the step and head dim) on odd,
+    """The GPU's dO launch (fp4_quantizer_gluon.py: its warps follow the step and head dim) on odd,
     one-token and empty documents, at the kernels' steps (32 for the BF16-code tiles at d=128)."""
     do, o, ro = _rows(LENGTHS, 4, d, seed=d + step), _rows(LENGTHS, 4, d, seed=1), _ro(LENGTHS, 4, seed=step)
     _assert_grad_output(do, o, ro, _cu_seqlens(LENGTHS), sigma=3, step=step)

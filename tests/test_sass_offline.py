@@ -81,32 +81,47 @@ def test_rotated_quantizer_butterflies_stay_in_registers(tmp_path, option):
 
 
 @needs_cuobjdump
-@pytest.mark.parametrize("recipe", ["nvfp4", "fp4"])
-def test_rotated_quantizer_forms_nvfp4_groups_in_registers(tmp_path, recipe):
-    """The Q/K launches that form NVFP4 groups (the mixed route's score codes; the all-4-bit
-    route's values, unrotated, with its 16-token groups, and its V launch) are the same Gluon
-    kernel: a row's 16-element groups lie in its thread, so the only exchange between threads
-    is the block maximum (mixed route), and x / (s g) takes no division per element
-    (``fp4.divide_by_scale``): the divisions left are three per group (its scale's
-    reciprocal, the rounded-up ratio and its check). The kernel has no loop, so each spilled
-    value costs one local store and load per program: fewer than a quarter of a row's 128
-    (with a division per element, ptxas spilled 400 per operand's copy)."""
+def test_rotated_quantizer_forms_nvfp4_groups_in_registers(tmp_path):
+    """The mixed route's Q/K launch forms its NVFP4 score codes in the Gluon rotated kernel: a
+    row's 16-element groups lie in its thread, so the only exchange between threads is the
+    block maximum, and x / (s g) takes no division per element (``fp4.divide_by_scale``):
+    the divisions left are three per group (its scale's reciprocal, the rounded-up ratio and
+    its check). The kernel has no loop, so each spilled value costs one local store and load
+    per program: fewer than a quarter of a row's 128 (with a division per element, ptxas
+    spilled 400 per operand's copy)."""
     out = tmp_path / "sass.json"
-    assert sass_offline.main(["--workload", "logu11-16k", "--recipe", recipe, "--kernels", "^rotated_operand_kernel$",
+    assert sass_offline.main(["--workload", "logu11-16k", "--recipe", "nvfp4", "--kernels", "^rotated_operand_kernel$",
+                              "--out", str(out)]) == 0
+    (r,) = json.loads(out.read_text())["kernels"].values()
+    # Triton 3.6 gives each operand's branch its own copy of the unit (above), newer Tritons one
+    copies, rest = divmod(r["opcodes"].get("FCHK", 0), 3 * (128 // 16))
+    assert rest == 0 and copies in (1, 2), r["opcodes"]
+    assert r["opcodes"].get("SHFL", 0) <= copies * 5, r["opcodes"]
+    assert r["LDL/STL"] < copies * 32
+
+
+@needs_cuobjdump
+def test_fp4_operands_hold_a_group_per_thread(tmp_path):
+    """The all-4-bit Q/K and V launches are the Gluon kernel of fp4_quantizer_gluon.py: a
+    thread holds one 16-element group of a row (three divisions per group: its scale's
+    reciprocal, the rounded-up ratio and its check) and 16 tokens of one transposed row, so
+    threads exchange only a row's maximum and NaN flag (a butterfly over the D / 16 threads of
+    a row each), and nothing spills."""
+    out = tmp_path / "sass.json"
+    assert sass_offline.main(["--workload", "logu11-16k", "--recipe", "fp4", "--kernels", "^fp4_operand_kernel$",
                               "--out", str(out)]) == 0
     kernels = json.loads(out.read_text())["kernels"]
-    assert len(kernels) == (2 if recipe == "fp4" else 1)  # fp4's V takes it too
+    assert len(kernels) == 2  # the Q and K launch, V's
     for r in kernels.values():
-        # Triton 3.6 gives each operand's branch its own copy of the unit (above), newer Tritons one
-        copies, rest = divmod(r["opcodes"].get("FCHK", 0), 3 * (128 // 16))
+        copies, rest = divmod(r["opcodes"].get("FCHK", 0), 3)  # the pair's branches: one copy or two
         assert rest == 0 and copies in (1, 2), r["opcodes"]
-        assert r["opcodes"].get("SHFL", 0) <= copies * 5, r["opcodes"]
-        assert r["LDL/STL"] < copies * 32
+        assert r["opcodes"].get("SHFL", 0) <= copies * 2 * 3, r["opcodes"]
+        assert r["LDL/STL"] == 0
 
 
 @needs_cuobjdump
 def test_fp4_grad_output_holds_a_group_per_thread(tmp_path):
-    """The all-4-bit dO launch is the Gluon kernel of grad_output_gluon.py: a thread holds one
+    """The all-4-bit dO launch is the Gluon kernel of fp4_quantizer_gluon.py: a thread holds one
     16-element group of a row (three divisions per group: its scale's reciprocal, the
     rounded-up ratio and its check; a fourth is the query record's D / 2^edO) and 16 tokens of one transposed row, so threads exchange
     only a row's maximum, its NaN flag and its sum D (a butterfly over the D / 16 threads of

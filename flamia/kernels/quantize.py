@@ -37,7 +37,7 @@ from .fp8 import abs_max, block_exponents, inf_to_nan, interpreting, pow2, to_co
 from .hadamard import rotate
 from .layout import (T_ALIGN, aligned_starts, check_operand, column_offsets, mma_token_order,
                      transposed_extent, unit_columns, zero_padding)
-from .grad_output_gluon import fp4_grad_output_kernel
+from .fp4_quantizer_gluon import fp4_grad_output_kernel, fp4_operand_kernel
 from .rotated_quantizer import rotated_operand_kernel
 from .worklist import list_extent, program_tile, program_tile_within, tile_list
 from .launch import PACKING_INTS, launch
@@ -371,13 +371,20 @@ def _launch_operands(sides: list[_Side], block: int, hadamard: bool, transposed:
                   UNIT=QUANTIZER.operand_unit, BLOCK=block, HADAMARD_STAGES=d.bit_length() - 1 if hadamard else 0,
                   T_ALIGN=T_ALIGN, PAIR=pair)
     nvfp4 = scores == 1 or fp4  # the launches that form NVFP4 groups
-    if (hadamard or (nvfp4 and d <= 128)) and transposed and (key_rec is None or fp4) and not interpreting():
+    if fp4 and not hadamard and d <= 128 and transposed and not interpreting():
+        # a thread per 16-element group, 16 tokens per thread transposed (fp4_quantizer_gluon.py)
+        unit = QUANTIZER.operand_unit
+        launch(fp4_operand_kernel, grid, *args, num_docs=common["num_docs"], p_diag_t=sides[0].diag_t,
+               p_diag_t2=sides[1].diag_t if pair else None, p_key_rec=key_rec, T=sides[0].x.shape[0], D=d, UNIT=unit,
+               T_ALIGN=T_ALIGN, PAIR=pair, num_warps=_group_warps(unit, d))
+        return
+    if (hadamard or (nvfp4 and d <= 128)) and transposed and key_rec is None and not interpreting():
         # a token row per thread, so the butterflies and NVFP4's groups stay in registers
         # (rotated_quantizer.py; the rotation may be off). Wider unrotated rows take the Triton
         # kernel: a row per thread spills at d=256 and its layouts end at d=256.
         launch(rotated_operand_kernel, grid, *args, **common, PARTS=QUANTIZER.transposed_parts,
-               p_diag_t=sides[0].diag_t, p_diag_t2=sides[1].diag_t if pair else None, p_key_rec=key_rec,
-               T=sides[0].x.shape[0], SCORES=scores, FP4=fp4, num_warps=QUANTIZER.rotated_warps)
+               p_diag_t=sides[0].diag_t, p_diag_t2=sides[1].diag_t if pair else None, SCORES=scores, FP4=fp4,
+               num_warps=QUANTIZER.rotated_warps)
         return
     warps = QUANTIZER.nvfp4_warps if nvfp4 else QUANTIZER.rotated_warps if hadamard else QUANTIZER.plain_warps
     launch(_quantize_operand_kernel, grid, *args, **common, p_key_exps=key_exps, p_key_rec=key_rec,
@@ -463,10 +470,10 @@ def _launch_pair(sides: list[_Side], block: int, hadamard: bool, fmt: OperandFor
         _launch_operands(group, block, hadamard, True, fmt, scores, fp4=fp4)
 
 
-def _fp4_grad_output_warps(step: int, d: int) -> int:
-    """The Gluon dO launch's warps for a step of ``step`` tokens at head dim d: a thread per
-    16-element group (at most 16 warps)."""
-    return max(1, min(16, step * d // (16 * 32)))
+def _group_warps(tokens: int, d: int) -> int:
+    """The warps of a launch of fp4_quantizer_gluon.py over units of ``tokens`` tokens at head
+    dim d: a thread per 16-element group (at most 16 warps)."""
+    return max(1, min(16, tokens * d // (16 * 32)))
 
 
 def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu_seqlens: torch.Tensor,
@@ -523,8 +530,8 @@ def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu
                       GROUP=heads // heads_kv if records is not None else 1, SIGMA=sigma, T_ALIGN=T_ALIGN, **args)
         outputs = (do, o, ro.contiguous(), do_codes, do_exps, dot_codes_t, dot_exps, delta, cu_seqlens, cu_t)
         if fp4 and d <= 512 and not interpreting():  # its layouts hold 16 of a row's elements per lane
-            # a thread per 16-element group, so the groups' maxima need no shuffles (grad_output_gluon.py)
-            launch(fp4_grad_output_kernel, grid, *outputs, **common, num_warps=_fp4_grad_output_warps(step, d))
+            # a thread per 16-element group, so the groups' maxima need no shuffles (fp4_quantizer_gluon.py)
+            launch(fp4_grad_output_kernel, grid, *outputs, **common, num_warps=_group_warps(step, d))
         else:
             launch(_quantize_grad_output_kernel, grid, *outputs, **common, BLOCK=block, FP4=fp4, CODES=fmt.codes,
                    INTERPRET=interpreting(), num_warps=4)

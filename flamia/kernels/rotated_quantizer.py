@@ -1,5 +1,4 @@
-"""The Q/K launch of the fused quantizer on the GPU (and the all-4-bit route's V launch), in
-Gluon: one thread per token row.
+"""The Q/K launch of the fused quantizer on the GPU, in Gluon: one thread per token row.
 
 The Hadamard rotation pairs head-dim elements at distances 1 to D/2. In the Triton kernel
 (``quantize._quantize_operand_kernel``) the compiler spreads a row over threads, so most
@@ -12,9 +11,9 @@ touch 32 rows, so the rows arrive and leave in coalesced layouts (16 bytes per t
 a row) and change layout through shared memory. The transposed codes leave first and in
 pieces of head-dim rows (``_store_columns``), so the whole tile's moved values are never
 live at once and more warps fit on an SM. The mixed NVFP4 route's score codes and the
-all-4-bit route's values (whose Q and K are not rotated) come from the same rows: a row's
-16-element groups lie in its thread, and so do a transposed piece's 16-token groups, so their
-maxima and scales need no exchange either.
+all-4-bit route's values (with the rotation on) come from the same rows: a row's 16-element
+groups lie in its thread, and so do a transposed piece's 16-token groups, so their maxima and
+scales need no exchange either.
 
 The arithmetic is the Triton kernel's, through the same helpers (``rotate``,
 ``block_exponents``, ``to_e4m3``, ``fp4.group_score_codes``, ``fp4.token_group_values``,
@@ -30,7 +29,6 @@ from .fp4 import G_SHIFT, GROUP, e2m1_pow2, group_score_codes, token_group_value
 from .fp8 import E4M3_EQ, E4M3_MQ, abs_max, block_exponents, inf_to_nan, pow2, scale_exponent, to_e4m3
 from .hadamard import rotate
 from .launch import PACKING_INTS
-from .records import UNIT_FACTORS
 from .layout import column_offsets, mma_token_order, unit_columns, zero_padding
 from .worklist import program_tile_within
 
@@ -42,6 +40,18 @@ def packed_rows(t0, end, h, H, UNIT: gl.constexpr, D: gl.constexpr, L: gl.conste
     o_t = t0 + gl.arange(0, UNIT, layout=gl.SliceLayout(1, L))  # [UNIT]
     o_x = (o_t[:, None] * H + h) * D + gl.arange(0, D, layout=gl.SliceLayout(0, L))[None, :]
     return o_x, (o_t < end)[:, None]
+
+
+@gluon.jit
+def zero_transposed_padding(p_t, p_diag, cu_seqlens_t, doc, length, num_docs, h, T_t, D: gl.constexpr,
+                            T_ALIGN: gl.constexpr, COLS: gl.constexpr):
+    """``layout.zero_padding`` of head h's share of a transposed operand [H, D, T_t] and, where
+    p_diag is given, of its per-token twin, from a program in layout COLS [D, tokens]."""
+    o_d = gl.arange(0, D, layout=gl.SliceLayout(1, COLS)).to(gl.int64)  # [D] head-dim rows
+    o_j = gl.arange(0, 2 * T_ALIGN, layout=gl.SliceLayout(0, COLS))
+    zero_padding(p_t, cu_seqlens_t, doc, length, num_docs, h, o_d, o_j, T_t, D, T_ALIGN)
+    if p_diag is not None:
+        zero_padding(p_diag, cu_seqlens_t, doc, length, num_docs, h, o_d, o_j, T_t, D, T_ALIGN)
 
 
 @gluon.jit
@@ -109,7 +119,7 @@ def _store_columns(p_t, p_diag, b_x, b_tok, d0, o_c, m_c, h, T_t, D: gl.constexp
 
 @gluon.jit
 def _rotated_unit(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_work, width, T_t, H, h, num_docs,
-                  inv_sqrt_d, p_diag_t, p_key_rec, T, D: gl.constexpr, UNIT: gl.constexpr, BLOCK: gl.constexpr,
+                  inv_sqrt_d, p_diag_t, D: gl.constexpr, UNIT: gl.constexpr, BLOCK: gl.constexpr,
                   HADAMARD_STAGES: gl.constexpr, T_ALIGN: gl.constexpr, PARTS: gl.constexpr, SCORES: gl.constexpr,
                   FP4: gl.constexpr):
     """This program's unit of head h (int64) of one operand."""
@@ -128,13 +138,8 @@ def _rotated_unit(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_w
     start = gl.load(cu_seqlens + doc).to(gl.int64)
     end = gl.load(cu_seqlens + doc + 1).to(gl.int64)
     if unit == 0:
-        o_d = gl.arange(0, D, layout=gl.SliceLayout(1, COLS)).to(gl.int64)  # [D] head-dim rows of codes_t
-        o_j = gl.arange(0, 2 * T_ALIGN, layout=gl.SliceLayout(0, COLS))
-        zero_padding(p_codes_t, cu_seqlens_t, doc, (end - start).to(gl.int32), num_docs, h, o_d, o_j, T_t, D,
-                     T_ALIGN)
-        if p_diag_t is not None:
-            zero_padding(p_diag_t, cu_seqlens_t, doc, (end - start).to(gl.int32), num_docs, h, o_d, o_j, T_t, D,
-                         T_ALIGN)
+        zero_transposed_padding(p_codes_t, p_diag_t, cu_seqlens_t, doc, (end - start).to(gl.int32), num_docs, h, T_t,
+                                D, T_ALIGN, COLS)
     if start + unit * UNIT >= end:
         return
     # Rows past the document's end load as zeros: they add nothing to a block maximum.
@@ -161,9 +166,6 @@ def _rotated_unit(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_w
                        ROWS, STORE, COLS)
     o_t = start + unit * UNIT + gl.arange(0, UNIT, layout=gl.SliceLayout(1, ROWS))  # [UNIT] packed rows
     gl.store(p_exps + o_t * H + h, b_e.to(gl.int8), mask=o_t < end)
-    if p_key_rec is not None:  # the all-4-bit route's V: K's and V's exponents are 0
-        gl.store(p_key_rec + h * T + o_t, gl.full([UNIT], UNIT_FACTORS, gl.int32, layout=gl.SliceLayout(1, ROWS)),
-                 mask=o_t < end)
 
 
 @gluon.jit
@@ -198,7 +200,7 @@ def _rotated_codes(p_codes, p_codes_t, b_x, b_e, o_c, m_c, start, end, unit, h, 
 @gluon.jit(do_not_specialize=PACKING_INTS)
 def rotated_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_work, width, T_t, H,
                            p_x2, p_codes2, p_codes_t2, p_exps2, cu_seqlens2, cu_seqlens_t2, p_work2, width2, T_t2, H2,
-                           num_docs, inv_sqrt_d, p_diag_t, p_diag_t2, p_key_rec, T, D: gl.constexpr, UNIT: gl.constexpr,
+                           num_docs, inv_sqrt_d, p_diag_t, p_diag_t2, D: gl.constexpr, UNIT: gl.constexpr,
                            BLOCK: gl.constexpr, HADAMARD_STAGES: gl.constexpr, T_ALIGN: gl.constexpr,
                            PARTS: gl.constexpr, PAIR: gl.constexpr, SCORES: gl.constexpr, FP4: gl.constexpr):
     """Program ((document, unit), head), UNIT = 32 * num_warps tokens: the arguments and the
@@ -207,14 +209,14 @@ def rotated_operand_kernel(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqle
     leave in PARTS pieces of D / PARTS head-dim rows (``_store_columns``); SCORES: what the
     row codes hold, as ``quantize._quantize_unit``'s (0 E4M3 codes, 1 the mixed NVFP4 route's
     score codes, 2 BF16 codes), each on the same exponents, with E4M3 transposed codes; FP4:
-    the all-4-bit route's bf16 values instead, with each operand's per-token transposed
-    values where p_diag_t (p_diag_t2) is given, and V's key records (the first operand's,
-    p_key_rec [H, T] int32) where p_key_rec is given."""
+    the all-4-bit route's bf16 values instead (with its rotation on; without it, the launch
+    of ``fp4_quantizer_gluon.py``), with each operand's per-token transposed values where
+    p_diag_t (p_diag_t2) is given."""
     h = gl.program_id(1).to(gl.int64)
     if PAIR and h >= H:
         _rotated_unit(p_x2, p_codes2, p_codes_t2, p_exps2, cu_seqlens2, cu_seqlens_t2, p_work2, width2, T_t2, H2,
-                      h - H, num_docs, inv_sqrt_d, p_diag_t2, None, T, D, UNIT, BLOCK, HADAMARD_STAGES, T_ALIGN, PARTS,
+                      h - H, num_docs, inv_sqrt_d, p_diag_t2, D, UNIT, BLOCK, HADAMARD_STAGES, T_ALIGN, PARTS,
                       SCORES, FP4)
     else:
         _rotated_unit(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_work, width, T_t, H, h, num_docs,
-                      inv_sqrt_d, p_diag_t, p_key_rec, T, D, UNIT, BLOCK, HADAMARD_STAGES, T_ALIGN, PARTS, SCORES, FP4)
+                      inv_sqrt_d, p_diag_t, D, UNIT, BLOCK, HADAMARD_STAGES, T_ALIGN, PARTS, SCORES, FP4)
