@@ -27,6 +27,7 @@ from flamia.bench.flops import tflops_per_s
 from flamia.bench.peers_torch import fa2_job
 from flamia.bench.workloads import GROUPS, WORKLOADS, make_case
 from flamia.bench.jobs import autograd_job
+from flamia.bench.timing import kernel_times
 from flamia.kernels.attn_bwd import attention_backward
 from flamia.kernels.attn_fwd import attention_forward
 from flamia.kernels.configs import tiles_for
@@ -157,25 +158,11 @@ def kernel_only(i, causal, t=None):
     return fwd, bwd, quant, qbytes
 
 
-def _cuda_events(fn, calls: int):
-    """torch.profiler's per-kernel CUDA time over ``calls`` calls of fn (after one warm-up
-    call): the events that ran on the GPU."""
-    from torch.profiler import ProfilerActivity
-    from torch.profiler import profile as torch_profile
-    fn()
-    torch.cuda.synchronize()
-    with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    return [e for e in prof.key_averages() if e.self_device_time_total > 0]
-
-
 def cuda_ms(fn, calls: int = 5) -> float:
-    """GPU time of one call of fn in ms: its kernels' CUDA time summed (torch.profiler). Host
+    """GPU time of one call of fn in ms: its kernels' CUDA time summed (``kernel_times``). Host
     work between launches does not count, which a wall clock of eager calls would include:
     for the quantizers and the smaller workloads that is most of it."""
-    return sum(e.self_device_time_total for e in _cuda_events(fn, calls)) / calls / 1e3
+    return sum(ms for ms, _ in kernel_times(fn, calls).values())
 
 
 def speed(report, names):
@@ -241,13 +228,12 @@ def profile(report, names=("eq8x8k", "skew8k+224x256", "logu11-16k")):
         i = make_case(w, "cuda").inputs
         attn = lambda q, k, v: triton_attention(q, k, v, i.cu_seqlens, i.cu_seqlens, i.max_seqlen, i.max_seqlen,
                                                 causal=w.causal)
-        events = _cuda_events(autograd_job(attn, i, "train"), 3)
-        total = sum(e.self_device_time_total for e in events)
-        top = sorted(events, key=lambda e: -e.self_device_time_total)[:10]
-        launches = sum(e.count for e in events) / 3
-        out[name] = {"cuda_ms_per_call": total / 3e3, "launches_per_call": launches,
-                     "top": [{"kernel": e.key[:80], "ms_per_call": e.self_device_time_total / 3e3,
-                              "share": e.self_device_time_total / total} for e in top]}
+        times = kernel_times(autograd_job(attn, i, "train"), 3)
+        total = sum(ms for ms, _ in times.values())
+        top = sorted(times.items(), key=lambda kv: -kv[1][0])[:10]
+        out[name] = {"cuda_ms_per_call": total, "launches_per_call": sum(n for _, n in times.values()),
+                     "top": [{"kernel": kernel[:80], "ms_per_call": ms, "share": ms / total}
+                             for kernel, (ms, _) in top]}
         print("profile", name, json.dumps(out[name]), flush=True)
     report["profile"] = out
 

@@ -58,6 +58,21 @@ def cuda_clock(job: Job, replays: int) -> float:
     return start.elapsed_time(end) / replays
 
 
+def kernel_times(job: Job, calls: int) -> dict[str, tuple[float, float]]:
+    """CUDA time of each kernel a job launches, as torch.profiler records it over ``calls``
+    calls after one warm-up call: {kernel name: (ms per call, launches per call)}. Host time
+    between launches does not count."""
+    from torch.profiler import ProfilerActivity, profile
+    job()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            job()
+        torch.cuda.synchronize()
+    return {e.key: (e.self_device_time_total / calls / 1e3, e.count / calls)
+            for e in prof.key_averages() if e.self_device_time_total > 0}
+
+
 def host_clock(job: Job, replays: int) -> float:
     start = time.perf_counter()
     for _ in range(replays):
