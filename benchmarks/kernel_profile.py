@@ -1,11 +1,11 @@
 """Where each recipe's training call spends its GPU time: CUDA time per kernel (torch.profiler),
 flamia's recipes beside FA2 varlen (aten), per workload.
 
-    PYTHONPATH=. python3 benchmarks/kernel_profile.py [--recipes bf16,nvfp4,fp4,mxfp8]
+    PYTHONPATH=. python3 benchmarks/kernel_profile.py [--providers flamia:bf16,...,fa2:bf16]
                                                       [--workloads eq8x8k,logu11-16k] [--calls 3] [--out DIR]
 
-Each training call (quantizers, forward and backward, eager) runs once to warm up, then --calls
-times under the profiler; a kernel's time is its CUDA time per call, so host time between
+Each provider's training call (``flamia bench``'s job: quantizers, forward and backward, eager)
+runs once to warm up, then --calls times under the profiler; a kernel's time is its CUDA time per call, so host time between
 launches does not count (``flamia bench`` times the whole call). Writes results.json (header and
 records), results.md and results.png (a bar per provider and workload, split by kernel family)
 under --out.
@@ -24,10 +24,8 @@ from matplotlib.figure import Figure
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's flamia
 
-import flamia  # noqa: E402
 from flamia.bench.environment import header  # noqa: E402
-from flamia.bench.jobs import autograd_job  # noqa: E402
-from flamia.bench.peers_torch import fa2_job  # noqa: E402
+from flamia.bench.providers import registry, select_providers  # noqa: E402
 from flamia.bench.timing import kernel_times  # noqa: E402
 from flamia.bench.workloads import WORKLOADS, make_case  # noqa: E402
 
@@ -40,16 +38,6 @@ FAMILIES = (("forward", r"attn_fwd|flash_fwd"), ("dK/dV", r"dkdv"), ("dQ", r"^(d
 def family(kernel: str) -> str:
     """The family (``FAMILIES``) of a kernel's profiler name."""
     return next(name for name, pattern in FAMILIES if re.search(pattern, kernel))
-
-
-def training_job(case, provider: str):
-    """The training call of ``provider`` ("fa2" or "flamia:<recipe>") on ``case``."""
-    if provider == "fa2":
-        return fa2_job(case, "train")
-    i, recipe = case.inputs, provider.split(":", 1)[1]
-    return autograd_job(lambda q, k, v: flamia.flash_attn_varlen_func(
-        q, k, v, i.cu_seqlens, i.cu_seqlens, i.max_seqlen, i.max_seqlen, causal=case.workload.causal,
-        recipe=recipe), i, "train")
 
 
 def markdown(head: dict, records: list[dict]) -> str:
@@ -90,22 +78,22 @@ def plot(records: list[dict], path: Path) -> None:
 def main(argv: "list[str] | None" = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--recipes", default="bf16,nvfp4,fp4,mxfp8")
+    ap.add_argument("--providers", default="flamia:bf16,flamia:nvfp4,flamia:fp4,flamia:mxfp8,fa2:bf16")
     ap.add_argument("--workloads", default="eq8x8k,logu11-16k")
     ap.add_argument("--calls", type=int, default=3)
     ap.add_argument("--out", default="benchmarks/results/kernel-profile")
     args = ap.parse_args(argv)
     workloads = {name: WORKLOADS[name] for name in args.workloads.split(",")}
-    providers = [f"flamia:{r}" for r in args.recipes.split(",")] + ["fa2"]
+    providers = select_providers(registry(), args.providers)
     records = []
     for name, workload in workloads.items():
         case = make_case(workload, "cuda")
         for provider in providers:
-            for kernel, (ms, launches) in kernel_times(training_job(case, provider), args.calls).items():
-                records.append({"workload": name, "provider": provider, "kernel": kernel, "ms": ms,
+            for kernel, (ms, launches) in kernel_times(provider.build(case, "train"), args.calls).items():
+                records.append({"workload": name, "provider": provider.key, "kernel": kernel, "ms": ms,
                                 "launches": launches})
-            total = sum(r["ms"] for r in records if r["workload"] == name and r["provider"] == provider)
-            print(f"{name:16s} {provider:14s} {total:8.3f} ms", flush=True)
+            total = sum(r["ms"] for r in records if r["workload"] == name and r["provider"] == provider.key)
+            print(f"{name:16s} {provider.key:14s} {total:8.3f} ms", flush=True)
     head = header("cuda", argv, {"calls": args.calls, "warmup_calls": 1},
                   {n: dataclasses.asdict(w) for n, w in workloads.items()})
     head["command"] = " ".join(["python3 benchmarks/kernel_profile.py", *argv])

@@ -14,7 +14,7 @@ KERNELS = {"attn_fwd_gluon_kernel": ("forward", 4.4), "dkdv_gluon_kernel": ("dK/
            "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128": ("forward", 6.3),
            FA2_BWD: ("fused backward", 17.7),
            "void pytorch_flash::flash_bwd_convert_dq_kernel<Flash_bwd_kernel_traits": ("other launches", 0.2)}
-RECORDS = [{"workload": "eq8x8k", "provider": "fa2" if "pytorch_flash" in k else "flamia:bf16", "kernel": k,
+RECORDS = [{"workload": "eq8x8k", "provider": "fa2:bf16" if "pytorch_flash" in k else "flamia:bf16", "kernel": k,
             "ms": ms, "launches": 1.0} for k, (_, ms) in KERNELS.items()]
 HEAD = {"device": "test", "date": "2026-12-05", "command": "python3 benchmarks/kernel_profile.py", "versions": {}}
 
@@ -27,7 +27,7 @@ def test_table_sums_each_family():
     rows = [line for line in kernel_profile.markdown(HEAD, RECORDS).splitlines() if line.startswith("| eq8x8k |")]
     # forward, dK/dV, dQ, fused backward, other launches
     assert rows[0] == "| eq8x8k | flamia:bf16 | 25.500 | 4.400 | 12.900 | 7.500 |  | 0.700 |"
-    assert rows[1] == "| eq8x8k | fa2 | 24.200 | 6.300 |  |  | 17.700 | 0.200 |"
+    assert rows[1] == "| eq8x8k | fa2:bf16 | 24.200 | 6.300 |  |  | 17.700 | 0.200 |"
 
 
 def test_plot_writes_a_png(tmp_path):
