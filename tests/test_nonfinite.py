@@ -136,3 +136,16 @@ def test_nonfinite_stays_in_its_document_other_routes(operand, value, recipe):
     non-finite results the arithmetic gives (the docstring). The emulator is no oracle here:
     its NVFP4 quantizer refuses a non-finite row."""
     check("odd", operand, value, True, "triton", heads=(4, 2), head_dim=128, device="cuda", recipe=recipe)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("recipe", ["nvfp4", "bf16", "fp4"])
+@pytest.mark.parametrize("operand", OPERANDS)
+def test_nan_past_a_document_end_stays_out_of_it(operand, recipe):
+    """A NaN in the one-token document, which lies inside the previous document's last query
+    step: a product over that step's queries must not read it (the bf16 route's dK reads Q^'s
+    row codes, which hold the next document's tokens there). NaN, not +Inf: an Inf in Q can
+    score -inf against the document's only key, and a row whose every score is -inf reads as
+    one that saw no key (O = 0), as a masked row does."""
+    check("one-token", operand, "nan", True, "triton", heads=(4, 2), head_dim=128, device="cuda", recipe=recipe)

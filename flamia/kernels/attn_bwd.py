@@ -447,7 +447,8 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
         launch(dkdv_gluon_kernel, grid, *descs, dot_exps, key_rec, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t,
                cu_seqlens_k_t, dkdv_work, dkdv_work.shape[1], dk, dv, BM=tiles.bwd_block_m, BN=tiles.bwd_block_n,
                SCALE_BLOCK=scale_block, STAGES=tiles.bwd_stages, REC_L=query_record_layout(32),
-               num_warps=tiles.bwd_warps, maxnreg=tiles.dkdv_maxnreg, **gluon_args, **rounding)
+               Q_ROWS=fmt == BF16 and not grad4, num_warps=tiles.bwd_warps, maxnreg=tiles.dkdv_maxnreg,
+               **gluon_args, **rounding)
     else:
         launch(_dkdv_kernel, grid, q_codes, q_codes_t, k_codes, k_codes_t, v_codes, do_codes, dot_codes_t, dot_exps,
                records, key_rec, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, dkdv_work,

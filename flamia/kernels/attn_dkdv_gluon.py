@@ -3,7 +3,8 @@
 A program holds one key tile (K^, V^ [BN, D] in shared memory: the A operands of S^T = K^ Q^T
 and dP^T = V^ dO^T, where the Triton kernel keeps them in 32 registers) and visits the query
 steps of its GQA group's heads. Each step's Q^, dO^ [BM, D] and Q^T, dOt^T [D, BM] arrive by
-TMA with their query records, STAGES - 1 steps ahead; a thread reads each record as one
+TMA with their query records, STAGES - 1 steps ahead (Q^T not on the bf16 route, whose dK reads
+Q^ as an MN-major BF16 operand: one tile fewer per step); a thread reads each record as one
 16-byte load from shared memory, in a layout whose split fields are the S^T accumulator's
 columns (``query_record_layout``). All products are asynchronous wgmma (E4M3 or BF16, ``CODES``).
 
@@ -31,13 +32,14 @@ import functools
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
+                                                              warpgroup_mma_wait)
 
 from .bwd_math import (doc_bounds, e2m1_payload, forward_diagonal, grad_scores, masked_step, query_factors,
                        row_scaled_codes, step_range)
 from .fp8 import E4M3_EQ, E4M3_MQ, mul_rn, pow2, pow2_reciprocal, scale_exponent, to_codes, to_e4m3, to_output
 from .gluon_tma import (WARPS, code_descriptors, copy_barriers, descriptor, mma_layout, register_a_layout, relayout,
-                        tma_load, wait_copy)
+                        thread_barrier, tma_load, wait_copy)
 from .hadamard import rotate
 from .launch import PACKING_INTS
 from .layout import mma_token_order
@@ -49,21 +51,23 @@ _RECORDS_SHARED = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32
 
 
 @gluon.jit
-def _copy_queries(descs, smem, bars, slot, row, col, row_t, col_t, rec_row):
-    """Start the TMA copies of one query step, Q^ and dO^ [BM, D] at (row, col), Q^T and dOt^T
-    [D, BM] at (row_t, col_t) and the query records [BM, 4] at (rec_row, 0), into slot
-    ``slot``, all completing bars[slot]. Queries past the document are the next document's
+def _copy_queries(descs, smem, bars, slot, row, col, row_t, col_t, rec_row, Q_ROWS: gl.constexpr):
+    """Start the TMA copies of one query step, Q^ and dO^ [BM, D] at (row, col), Q^T (unless
+    Q_ROWS) and dOt^T [D, BM] at (row_t, col_t) and the query records [BM, 4] at (rec_row, 0),
+    into slot ``slot``, all completing bars[slot]. Queries past the document are the next document's
     finite codes and records (zeros past a tensor's end): masked steps see them as not visible,
     so their P and G are zero."""
     q_desc, do_desc, qt_desc, dott_desc, rec_desc = descs
     q_s, do_s, qt_s, dott_s, rec_s = smem
     bar = bars.index(slot)
     # every tile's own bytes: Q^ may be the mixed route's bf16 beside E4M3 dO^
-    mbarrier.expect(bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes + qt_desc.block_type.nbytes
+    QT_BYTES: gl.constexpr = 0 if Q_ROWS else qt_desc.block_type.nbytes
+    mbarrier.expect(bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes + QT_BYTES
                     + dott_desc.block_type.nbytes + rec_desc.block_type.nbytes)
     tma_load(q_desc, [row, col], bar, q_s.index(slot))
     tma_load(do_desc, [row, col], bar, do_s.index(slot))
-    tma_load(qt_desc, [row_t, col_t], bar, qt_s.index(slot))
+    if not Q_ROWS:
+        tma_load(qt_desc, [row_t, col_t], bar, qt_s.index(slot))
     tma_load(dott_desc, [row_t, col_t], bar, dott_s.index(slot))
     tma_load(rec_desc, [rec_row, 0], bar, rec_s.index(slot))
 
@@ -90,12 +94,12 @@ def _next(g, t, n_head):
 
 @gluon.jit
 def _copy_step(g, t, slot, n_full, lo, full_lo, full_hi, h_k, q_row, q_col_t, total_q, GROUP: gl.constexpr,
-               BM: gl.constexpr, D: gl.constexpr, descs, smem, bars):
+               BM: gl.constexpr, D: gl.constexpr, descs, smem, bars, Q_ROWS: gl.constexpr):
     """The copies of head g's t-th step into slot ``slot`` (``_copy_queries``)."""
     j = _query_step(t, n_full, lo, full_lo, full_hi)[0]
     h_q = h_k * GROUP + g
     _copy_queries(descs, smem, bars, slot, q_row + j * BM, h_q * D, h_q * D, q_col_t + j * BM,
-                  h_q * total_q + q_row + j * BM)
+                  h_q * total_q + q_row + j * BM, Q_ROWS)
 
 
 @gluon.jit
@@ -135,20 +139,43 @@ def _half_factors(rec_s, REC_L: gl.constexpr, QRY: gl.constexpr, SCALE_BLOCK: gl
 
 
 @gluon.jit
-def _step_product(b_a0, b_a1, b_s, BM: gl.constexpr, A_L: gl.constexpr, CODES: gl.constexpr, acc):
+def _queries_b(b_s, h, SUB: gl.constexpr, ROWS: gl.constexpr):
+    """Queries h SUB.. of a step's B operand as [SUB, D]: b_s is [D, BM] (K-major, the
+    transposed codes) or with ROWS [BM, D] (row codes, MN-major: BF16 only)."""
+    if ROWS:
+        b = b_s.slice(h * SUB, SUB)
+    else:
+        b = b_s.slice(h * SUB, SUB, dim=1).permute((1, 0))
+    return b
+
+
+@gluon.jit
+def _zero_rows_from(x_s, first):
+    """Zero rows first.. of x_s [BM, D] (codes in shared memory) before a wgmma reads them: a
+    product over queries must not read the next document's codes, where a zero P or G times a
+    non-finite code would carry it across documents; the transposed codes are zero there."""
+    L: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [WARPS, 1], [1, 0])
+    b_x = x_s.load(L)                                                # [BM, D]
+    rows = gl.arange(0, x_s.shape[0], layout=gl.SliceLayout(1, L))
+    x_s.store(gl.where((rows < first)[:, None], b_x, gl.zeros_like(b_x)))
+    fence_async_shared()
+    thread_barrier()
+
+
+@gluon.jit
+def _step_product(b_a0, b_a1, b_s, BM: gl.constexpr, A_L: gl.constexpr, CODES: gl.constexpr, ROWS: gl.constexpr,
+                  acc):
     """acc + A @ B over a step's queries, [BN, D] fp32: the halves' register A operands b_a0,
-    b_a1 [BN, 32] (b_a1 unused when BM = 32) against b_s [D, BM] in shared memory (K-major),
-    chained as one K = BM product's instructions. E4M3 products start from zero (acc: zeros,
-    not read) to take their step's scale; BF16 ones accumulate into acc inside the MMA, as
-    the Triton kernel's ``tl.dot`` with an accumulator does."""
+    b_a1 [BN, 32] (b_a1 unused when BM = 32) against the step's B operand b_s in shared memory
+    (``_queries_b``), chained as one K = BM product's instructions. E4M3 products start from
+    zero (acc: zeros, not read) to take their step's scale; BF16 ones accumulate into acc
+    inside the MMA, as the Triton kernel's ``tl.dot`` with an accumulator does."""
     SUB: gl.constexpr = b_a0.shape[1]
     acc = warpgroup_mma(gl.convert_layout(mma_token_order(b_a0, CODES), A_L, assert_trivial=True),
-                        b_s.slice(0, SUB, dim=1).permute((1, 0)), acc,
-                        use_acc=CODES == gl.bfloat16, is_async=True)
+                        _queries_b(b_s, 0, SUB, ROWS), acc, use_acc=CODES == gl.bfloat16, is_async=True)
     if BM == 2 * SUB:
         acc = warpgroup_mma(gl.convert_layout(mma_token_order(b_a1, CODES), A_L, assert_trivial=True),
-                            b_s.slice(SUB, SUB, dim=1).permute((1, 0)), acc,
-                            is_async=True)
+                            _queries_b(b_s, 1, SUB, ROWS), acc, is_async=True)
     return warpgroup_mma_wait(0, deps=(acc,))
 
 
@@ -168,7 +195,7 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
                       heads_q, seed, GROUP: gl.constexpr, D: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
                       SCALE_BLOCK: gl.constexpr, STAGES: gl.constexpr, ROTATE_STAGES: gl.constexpr,
                       REC_L: gl.constexpr, CODES: gl.constexpr, P4: gl.constexpr, FBM: gl.constexpr,
-                      FBN: gl.constexpr, SCORE_CODES: gl.constexpr, GRAD4: gl.constexpr):
+                      FBN: gl.constexpr, SCORE_CODES: gl.constexpr, GRAD4: gl.constexpr, Q_ROWS: gl.constexpr):
     """``attn_bwd._dkdv_kernel``'s arguments and outputs without DQ_ATOMIC (BN = 64, 4 warps),
     with Q^, dO^ ([Tq, Hq D] by [BM, D]), Q^T, dOt^T ([Hq D, Tq_t] by [D, BM]) and K^, V^
     ([Tk, Hkv D] by [BN, D]) as TMA descriptors, p_krec the ``key_records`` words (exponents per
@@ -176,7 +203,9 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
     (``query_record_layout(32)``) the layout of a half-step's [32, 4] query records. BM is 32
     or 64 (``AttnTiles`` checks it). K^ and Q^ in SCORE_CODES (the mixed NVFP4 route's bf16
     beside E4M3 codes). GRAD4 and seed (None unless GRAD4 is 2): the all-4-bit route's E2M1
-    G^T, as the Triton kernel's, in groups of 16 queries (a half holds two)."""
+    G^T, as the Triton kernel's, in groups of 16 queries (a half holds two). Q_ROWS: dK's B
+    operand is Q^'s row codes (the bf16 recipe, whose Q^T holds the same values; wgmma reads BF16
+    B MN-major), so Q^T is neither copied nor given shared memory (dOt^T carries ro, dO^ not)."""
     SUB: gl.constexpr = 32  # queries per S^T, dP^T product: a step of BM queries takes BM / SUB of them
     SS_L: gl.constexpr = mma_layout(SUB, SCORE_CODES)  # S^T's accumulator; relayouts to dP^T's
     S_L: gl.constexpr = mma_layout(SUB, CODES)
@@ -208,7 +237,10 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
     v_s = gl.allocate_shared_memory(CODES, [BN, D], v_desc.layout)
     q_s = gl.allocate_shared_memory(SCORE_CODES, [STAGES, BM, D], q_desc.layout)
     do_s = gl.allocate_shared_memory(CODES, [STAGES, BM, D], do_desc.layout)
-    qt_s = gl.allocate_shared_memory(CODES, [STAGES, D, BM], qt_desc.layout)
+    if Q_ROWS:
+        qt_s = q_s
+    else:
+        qt_s = gl.allocate_shared_memory(CODES, [STAGES, D, BM], qt_desc.layout)
     dott_s = gl.allocate_shared_memory(CODES, [STAGES, D, BM], dott_desc.layout)
     rec_s = gl.allocate_shared_memory(gl.int32, [STAGES, BM, 4], rec_desc.layout)
     bars = copy_barriers(STAGES + 1)  # the last: K^'s and V^'s
@@ -224,7 +256,7 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
     g, t = 0, 0
     for i in gl.static_range(STAGES - 1):
         _copy_step(g, t, i, n_full, lo, full_lo, full_hi, h_k, q_row, q_col_t, total_q, GROUP, BM, D, descs, smem,
-                   bars)
+                   bars, Q_ROWS)
         g, t = _next(g, t, n_head)
 
     o_kb = gl.arange(0, BN, layout=KEY)
@@ -271,14 +303,14 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
             b_pc1, b_w1 = b_pc0, b_w0                                # one half: unused
         # The slot step n - 1 used is free: its products have completed.
         _copy_step(g, t, (n + STAGES - 1) % STAGES, n_full, lo, full_lo, full_hi, h_k, q_row, q_col_t, total_q,
-                   GROUP, BM, D, descs, smem, bars)
+                   GROUP, BM, D, descs, smem, bars, Q_ROWS)
         g, t = _next(g, t, n_head)
         g_now, t_now = _next(g_now, t_now, n_head)
         if CODES == gl.float8e4nv:
-            b_dv = _step_product(b_pc0, b_pc1, dott_s.index(slot), BM, A_L, CODES, b_zero_o)  # [BN, D]
+            b_dv = _step_product(b_pc0, b_pc1, dott_s.index(slot), BM, A_L, CODES, False, b_zero_o)  # [BN, D]
             acc_dv = acc_dv + b_dv * pow2(e_dot)
         else:  # BF16: no step exponent, so the product accumulates inside the MMA
-            acc_dv = _step_product(b_pc0, b_pc1, dott_s.index(slot), BM, A_L, CODES, acc_dv)
+            acc_dv = _step_product(b_pc0, b_pc1, dott_s.index(slot), BM, A_L, CODES, False, acc_dv)
         # dK's payload rows are keys: 2^eK and 2^-eV are constant along a row, the epilogue's.
         if GRAD4 > 0:  # E2M1 with its scales folded in, exact in BF16: accumulates as BF16 does
             rng = (seed, h_q.to(gl.int64) * total_q + q_start, k_start)
@@ -295,9 +327,11 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
             b_gc0, b_f = row_scaled_codes(b_w0, False)
             b_gc1 = b_gc0                                            # one half: unused
         if CODES == gl.bfloat16:
-            acc_dk = _step_product(b_gc0, b_gc1, qt_s.index(slot), BM, A_L, CODES, acc_dk)
+            if Q_ROWS and j * BM + BM > len_q:  # the document's last step: Q^ rows past it are the next one's
+                _zero_rows_from(qt_s.index(slot), len_q - j * BM)
+            acc_dk = _step_product(b_gc0, b_gc1, qt_s.index(slot), BM, A_L, CODES, Q_ROWS, acc_dk)
         else:
-            b_dk = _step_product(b_gc0, b_gc1, qt_s.index(slot), BM, A_L, CODES, b_zero_o)  # [BN, D]
+            b_dk = _step_product(b_gc0, b_gc1, qt_s.index(slot), BM, A_L, CODES, Q_ROWS, b_zero_o)  # [BN, D]
             acc_dk = acc_dk + b_dk * gl.convert_layout(b_f, OKEY)[:, None]
         s_nxt, dp_nxt = _issue_scores(k_s, v_s, q_s, do_s, bars, n + 1, STAGES, SUB, b_zero_ss, b_zero_s)
     warpgroup_mma_wait(0, deps=(s_nxt, dp_nxt))

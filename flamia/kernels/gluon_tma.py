@@ -1,7 +1,7 @@
 """TMA plumbing shared by the Gluon attention kernels (``attn_fwd_gluon.py``, ``attn_dq_gluon.py``,
-``attn_dkdv_gluon.py``): the load's name across Triton versions, the warps of one warpgroup, the
-copy slots' mbarriers, host descriptors of code tensors (E4M3 or BF16), and the wgmma layouts of
-an operand format."""
+``attn_dkdv_gluon.py``): the load's and the CTA barrier's names across Triton versions, the warps
+of one warpgroup, the copy slots' mbarriers, host descriptors of code tensors (E4M3 or BF16), and
+the wgmma layouts of an operand format."""
 import functools
 
 from triton.experimental import gluon
@@ -14,6 +14,8 @@ from .configs import format_of
 # Triton 3.6 names the TMA load async_copy_global_to_shared; later versions (the offline
 # SASS test may run one) call it async_load.
 tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+# A CTA-wide barrier: thread_barrier in Triton 3.6, barrier later.
+thread_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 WARPS = gl.constexpr(4)  # one warpgroup, 16 rows per warp: AttnTiles checks 64-row tiles
 
 
