@@ -111,7 +111,7 @@ def _dq_atomic_add(p_dqa, b_gt, b_kt, qinv, o_i, m_i, heads_q, D: tl.constexpr, 
 def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_rec, p_dote, p_dqa, geo, span_q,
                heads_q, tq_t, diag, rng, D: tl.constexpr, BM: tl.constexpr,
                MASK: tl.constexpr, DQ_ATOMIC: tl.constexpr, CODES: tl.constexpr, P4: tl.constexpr,
-               GRAD4: tl.constexpr, INTERPRET: tl.constexpr):
+               GRAD4: tl.constexpr, ROWS: tl.constexpr, INTERPRET: tl.constexpr):
     """One query step [i0, i0 + BM) of a key tile: adds its dK payload (without its keys'
     2^(eK - eV): W^T of ``grad_scores``) and its dV payload to acc_dk, acc_dv [BN, D], and with
     DQ_ATOMIC its dQ payload to p_dqa (``_dq_atomic_add``; b_kt [D, BN] K^T codes). b_k,
@@ -121,15 +121,22 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_r
     tq_t), p_rec as ``query_factors``, p_dote (dot_exps) and p_dqa: all at the document's
     first row (column) and the head; span_q: the document's transposed span (``doc_bounds``);
     diag: the step lies in a diagonal forward tile (``forward_diagonal``; P4 only); GRAD4 and
-    rng: the all-4-bit route's G (``_add_row_scaled_mma``, ``grad_words``'s rng)."""
+    rng: the all-4-bit route's G (``_add_row_scaled_mma``, ``grad_words``'s rng). ROWS (the bf16
+    recipe, NUMERICS.md 4a): dK = G^T Q^ and dV = bf16(P^ ro)^T dO^ on the row codes; the
+    transposed ones are not read."""
     p_q, p_do = p_rows
     p_qt, p_dott = p_cols
     o_i = i0 + tl.arange(0, BM)  # [BM] query positions
     m_i = o_i < geo[0]
     b_q = _load_rows(p_q, o_i, m_i, heads_q * D, D, MASK)  # [BM, D]
     b_do = _load_rows(p_do, o_i, m_i, heads_q * D, D, MASK)  # [BM, D]
-    b_qt = _load_cols(p_qt, o_i, span_q, tq_t, D, MASK)  # [D, BM]
-    b_dott = _load_cols(p_dott, o_i, span_q, tq_t, D, MASK)  # [D, BM]
+    # dK's and dV's B operands [BM, D]; rows past the document load as zeros under MASK, as the
+    # transposed codes hold them
+    if ROWS:
+        b_qb, b_dob = b_q, b_do
+    else:
+        b_qb = tl.trans(_load_cols(p_qt, o_i, span_q, tq_t, D, MASK))
+        b_dob = tl.trans(_load_cols(p_dott, o_i, span_q, tq_t, D, MASK))
     qg, qry = query_factors(query_fields(p_rec, o_i, m_i, MASK))
     if CODES == tl.float8e4nv:
         # dOt^ has one exponent per query step: read it at the step's first row (inside the
@@ -139,17 +146,17 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_r
     b_st = mma(b_k, tl.trans(b_q), b_zero, INTERPRET)  # [BN, BM] S^T
     b_dpt = mma(b_v, tl.trans(b_do), b_zero, INTERPRET)  # [BN, BM] dP^T before its factors
     b_pct, b_wt = grad_scores(b_st, b_dpt, key[0], qg, qry, key[2], o_i, o_k, geo, 1, MASK, CODES, INTERPRET,
-                              P4=P4, DIAG=diag)
+                              P4=P4, DIAG=diag, RO_IN_P=ROWS)
     if CODES == tl.float8e4nv:
-        b_dv = mma(mma_token_order(b_pct, CODES), tl.trans(b_dott), tl.zeros_like(acc_dv), INTERPRET)  # [BN, D]
+        b_dv = mma(mma_token_order(b_pct, CODES), b_dob, tl.zeros_like(acc_dv), INTERPRET)  # [BN, D]
         acc_dv += b_dv * pow2(e_dot)
     else:  # BF16: no step exponent, so the product accumulates inside the MMA
-        acc_dv = mma(mma_token_order(b_pct, CODES), tl.trans(b_dott), acc_dv, INTERPRET)
+        acc_dv = mma(mma_token_order(b_pct, CODES), b_dob, acc_dv, INTERPRET)
     # dK's payload rows are keys: 2^eK and 2^-eV are constant along a row, the epilogue's.
     b_word = None
     if GRAD4 == 2:
         b_word = grad_words(rng, o_i, o_k, 1, 1)  # [BN, BM]
-    acc_dk = _add_row_scaled_mma(acc_dk, b_wt, tl.trans(b_qt), CODES, INTERPRET, GRAD4,
+    acc_dk = _add_row_scaled_mma(acc_dk, b_wt, b_qb, CODES, INTERPRET, GRAD4,
                                  b_word)  # W^T is G^T 2^(eV - eK)
     if DQ_ATOMIC:  # dQ's payload G, whose query's 2^eQ the atomic sum leaves out
         _dq_atomic_add(p_dqa, b_wt * (key[1] * key[3])[:, None], b_kt, pow2_reciprocal(qg), o_i, m_i, heads_q, D,
@@ -164,14 +171,14 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_krec,
                  GROUP: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
                  BN: tl.constexpr, SCALE_BLOCK: tl.constexpr, ROTATE_STAGES: tl.constexpr, DQ_ATOMIC: tl.constexpr,
                  CODES: tl.constexpr, P4: tl.constexpr, FBM: tl.constexpr, FBN: tl.constexpr,
-                 GRAD4: tl.constexpr, INTERPRET: tl.constexpr):
+                 GRAD4: tl.constexpr, ROWS: tl.constexpr, INTERPRET: tl.constexpr):
     """Program ((document, key tile), KV head): dK and dV [BN, D] of the tile, summed over
     the query heads of its GQA group, stored in p_dk's dtype (dK rotated back when
     ROTATE_STAGES > 0); with DQ_ATOMIC, also the tile's dQ payloads, added to the fp32
     accumulator p_dqa [Tq, Hq, D] (p_kt, tk_t: K^T codes; unused otherwise). The work list
     (``worklist.tile_list``) puts long documents first and, in each, tile 0: under a causal
     mask it sees the most queries. GRAD4: ``_add_row_scaled_mma``'s, its random-bit seed ``seed``
-    (None unless GRAD4 is 2)."""
+    (None unless GRAD4 is 2); ROWS: ``_dkdv_step``'s."""
     doc, tile = program_tile(p_work, width)
     if doc < 0:
         return
@@ -211,13 +218,13 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_krec,
             acc_dk, acc_dv = _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, j * BM, p_rows, p_cols, p_rec_h,
                                         p_dote + o_qe, p_dqa_h, geo, span_q, heads_q, tq_t,
                                         forward_diagonal(j * BM, k0, geo, FBM, FBN), rng, D, BM,
-                                        False, DQ_ATOMIC, CODES, P4, GRAD4, INTERPRET)
+                                        False, DQ_ATOMIC, CODES, P4, GRAD4, ROWS, INTERPRET)
         for t in range(0, (full_lo - lo) + (hi - full_hi)):
             i0 = masked_step(t, lo, full_lo, full_hi) * BM
             acc_dk, acc_dv = _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_rec_h,
                                         p_dote + o_qe, p_dqa_h, geo, span_q, heads_q, tq_t,
                                         forward_diagonal(i0, k0, geo, FBM, FBN), rng, D, BM,
-                                        True, DQ_ATOMIC, CODES, P4, GRAD4, INTERPRET)
+                                        True, DQ_ATOMIC, CODES, P4, GRAD4, ROWS, INTERPRET)
     o_out = o_kv + o_k.to(tl.int64)[:, None] * (heads_kv * D) + tl.arange(0, D)[None, :]  # [BN, D]
     # [BN, D]: 2^-eK 2^(eK - eV) of the payload, times the softmax scale, then rotated back
     b_dk = rotate(mul_rn(acc_dk, (scale * key[3])[:, None], INTERPRET), inv_sqrt_d, ROTATE_STAGES)
@@ -440,6 +447,9 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
         key_rec = key_records(k_exps, v_exps)
     check_operand("key_rec", key_rec, i32, (hkv, tk))
     gluon_args = {k: v for k, v in args.items() if k != "INTERPRET"} | {"SCORE_CODES": scores.codes}
+    # the bf16 recipe's dK/dV reads the row codes (NUMERICS.md 4a); the all-4-bit route's
+    # transposed codes are grouped along tokens, so they hold other values
+    rows = fmt == BF16 and not grad4
     grid = (dkdv_work.shape[1], hkv)
     if tiles.dkdv_gluon and not interpreting():
         descs = dkdv_descriptors(q_codes, do_codes, q_codes_t, dot_codes_t, records, k_codes, v_codes,
@@ -447,13 +457,12 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
         launch(dkdv_gluon_kernel, grid, *descs, dot_exps, key_rec, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t,
                cu_seqlens_k_t, dkdv_work, dkdv_work.shape[1], dk, dv, BM=tiles.bwd_block_m, BN=tiles.bwd_block_n,
                SCALE_BLOCK=scale_block, STAGES=tiles.bwd_stages, REC_L=query_record_layout(32),
-               Q_ROWS=fmt == BF16 and not grad4, num_warps=tiles.bwd_warps, maxnreg=tiles.dkdv_maxnreg,
-               **gluon_args, **rounding)
+               ROWS=rows, num_warps=tiles.bwd_warps, maxnreg=tiles.dkdv_maxnreg, **gluon_args, **rounding)
     else:
         launch(_dkdv_kernel, grid, q_codes, q_codes_t, k_codes, k_codes_t, v_codes, do_codes, dot_codes_t, dot_exps,
                records, key_rec, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, dkdv_work,
                dkdv_work.shape[1], dk, dv, dq_sums, tq_t=tq_t, tk_t=tk_t, BM=tiles.bwd_block_m, BN=tiles.bwd_block_n,
-               SCALE_BLOCK=scale_block, DQ_ATOMIC=tiles.dq_atomic, num_warps=tiles.bwd_warps,
+               SCALE_BLOCK=scale_block, DQ_ATOMIC=tiles.dq_atomic, ROWS=rows, num_warps=tiles.bwd_warps,
                num_stages=tiles.bwd_stages, **args, **rounding)
     if tiles.dq_atomic:
         grid = (cdiv(tq, tiles.dq_block_m), hq)

@@ -3,10 +3,10 @@
 A program holds one key tile (K^, V^ [BN, D] in shared memory: the A operands of S^T = K^ Q^T
 and dP^T = V^ dO^T, where the Triton kernel keeps them in 32 registers) and visits the query
 steps of its GQA group's heads. Each step's Q^, dO^ [BM, D] and Q^T, dOt^T [D, BM] arrive by
-TMA with their query records, STAGES - 1 steps ahead (Q^T not on the bf16 route, whose dK reads
-Q^ as an MN-major BF16 operand: one tile fewer per step); a thread reads each record as one
-16-byte load from shared memory, in a layout whose split fields are the S^T accumulator's
-columns (``query_record_layout``). All products are asynchronous wgmma (E4M3 or BF16, ``CODES``).
+TMA with their query records, STAGES - 1 steps ahead (on the bf16 route only Q^ and dO^: its dK
+and dV read them as MN-major BF16 operands, two tiles per step instead of four); a thread reads
+each record as one 16-byte load from shared memory, in a layout whose split fields are the S^T
+accumulator's columns (``query_record_layout``). All products are asynchronous wgmma (E4M3 or BF16, ``CODES``).
 
 A step of 64 queries (``bwd_block_m``, the numerics' query step) runs S^T and dP^T in two
 halves of 32, the second half's issued under the first half's payload, and chains dV's and
@@ -51,24 +51,24 @@ _RECORDS_SHARED = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32
 
 
 @gluon.jit
-def _copy_queries(descs, smem, bars, slot, row, col, row_t, col_t, rec_row, Q_ROWS: gl.constexpr):
-    """Start the TMA copies of one query step, Q^ and dO^ [BM, D] at (row, col), Q^T (unless
-    Q_ROWS) and dOt^T [D, BM] at (row_t, col_t) and the query records [BM, 4] at (rec_row, 0),
-    into slot ``slot``, all completing bars[slot]. Queries past the document are the next document's
+def _copy_queries(descs, smem, bars, slot, row, col, row_t, col_t, rec_row, ROWS: gl.constexpr):
+    """Start the TMA copies of one query step, Q^ and dO^ [BM, D] at (row, col), Q^T and dOt^T
+    [D, BM] at (row_t, col_t) unless ROWS, and the query records [BM, 4] at (rec_row, 0), into
+    slot ``slot``, all completing bars[slot]. Queries past the document are the next document's
     finite codes and records (zeros past a tensor's end): masked steps see them as not visible,
     so their P and G are zero."""
     q_desc, do_desc, qt_desc, dott_desc, rec_desc = descs
     q_s, do_s, qt_s, dott_s, rec_s = smem
     bar = bars.index(slot)
     # every tile's own bytes: Q^ may be the mixed route's bf16 beside E4M3 dO^
-    QT_BYTES: gl.constexpr = 0 if Q_ROWS else qt_desc.block_type.nbytes
-    mbarrier.expect(bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes + QT_BYTES
-                    + dott_desc.block_type.nbytes + rec_desc.block_type.nbytes)
+    T_BYTES: gl.constexpr = 0 if ROWS else qt_desc.block_type.nbytes + dott_desc.block_type.nbytes
+    mbarrier.expect(bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes + T_BYTES
+                    + rec_desc.block_type.nbytes)
     tma_load(q_desc, [row, col], bar, q_s.index(slot))
     tma_load(do_desc, [row, col], bar, do_s.index(slot))
-    if not Q_ROWS:
+    if not ROWS:
         tma_load(qt_desc, [row_t, col_t], bar, qt_s.index(slot))
-    tma_load(dott_desc, [row_t, col_t], bar, dott_s.index(slot))
+        tma_load(dott_desc, [row_t, col_t], bar, dott_s.index(slot))
     tma_load(rec_desc, [rec_row, 0], bar, rec_s.index(slot))
 
 
@@ -94,12 +94,12 @@ def _next(g, t, n_head):
 
 @gluon.jit
 def _copy_step(g, t, slot, n_full, lo, full_lo, full_hi, h_k, q_row, q_col_t, total_q, GROUP: gl.constexpr,
-               BM: gl.constexpr, D: gl.constexpr, descs, smem, bars, Q_ROWS: gl.constexpr):
+               BM: gl.constexpr, D: gl.constexpr, descs, smem, bars, ROWS: gl.constexpr):
     """The copies of head g's t-th step into slot ``slot`` (``_copy_queries``)."""
     j = _query_step(t, n_full, lo, full_lo, full_hi)[0]
     h_q = h_k * GROUP + g
     _copy_queries(descs, smem, bars, slot, q_row + j * BM, h_q * D, h_q * D, q_col_t + j * BM,
-                  h_q * total_q + q_row + j * BM, Q_ROWS)
+                  h_q * total_q + q_row + j * BM, ROWS)
 
 
 @gluon.jit
@@ -195,7 +195,7 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
                       heads_q, seed, GROUP: gl.constexpr, D: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
                       SCALE_BLOCK: gl.constexpr, STAGES: gl.constexpr, ROTATE_STAGES: gl.constexpr,
                       REC_L: gl.constexpr, CODES: gl.constexpr, P4: gl.constexpr, FBM: gl.constexpr,
-                      FBN: gl.constexpr, SCORE_CODES: gl.constexpr, GRAD4: gl.constexpr, Q_ROWS: gl.constexpr):
+                      FBN: gl.constexpr, SCORE_CODES: gl.constexpr, GRAD4: gl.constexpr, ROWS: gl.constexpr):
     """``attn_bwd._dkdv_kernel``'s arguments and outputs without DQ_ATOMIC (BN = 64, 4 warps),
     with Q^, dO^ ([Tq, Hq D] by [BM, D]), Q^T, dOt^T ([Hq D, Tq_t] by [D, BM]) and K^, V^
     ([Tk, Hkv D] by [BN, D]) as TMA descriptors, p_krec the ``key_records`` words (exponents per
@@ -203,9 +203,9 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
     (``query_record_layout(32)``) the layout of a half-step's [32, 4] query records. BM is 32
     or 64 (``AttnTiles`` checks it). K^ and Q^ in SCORE_CODES (the mixed NVFP4 route's bf16
     beside E4M3 codes). GRAD4 and seed (None unless GRAD4 is 2): the all-4-bit route's E2M1
-    G^T, as the Triton kernel's, in groups of 16 queries (a half holds two). Q_ROWS: dK's B
-    operand is Q^'s row codes (the bf16 recipe, whose Q^T holds the same values; wgmma reads BF16
-    B MN-major), so Q^T is neither copied nor given shared memory (dOt^T carries ro, dO^ not)."""
+    G^T, as the Triton kernel's, in groups of 16 queries (a half holds two). ROWS (the bf16
+    recipe, NUMERICS.md 4a): dK = G^T Q^ and dV = bf16(P^ ro)^T dO^ read the row codes (wgmma
+    takes BF16 B MN-major), so Q^T and dOt^T are neither copied nor given shared memory."""
     SUB: gl.constexpr = 32  # queries per S^T, dP^T product: a step of BM queries takes BM / SUB of them
     SS_L: gl.constexpr = mma_layout(SUB, SCORE_CODES)  # S^T's accumulator; relayouts to dP^T's
     S_L: gl.constexpr = mma_layout(SUB, CODES)
@@ -215,7 +215,7 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
     QRY: gl.constexpr = gl.SliceLayout(0, S_L)    # per query (columns)
     OKEY: gl.constexpr = gl.SliceLayout(1, O_L)
     # The epilogue's: a key row per thread, so the rotation's butterflies stay in registers.
-    ROWS: gl.constexpr = gl.BlockedLayout([1, D], [32, 1], [WARPS, 1], [1, 0])
+    KEY_ROWS: gl.constexpr = gl.BlockedLayout([1, D], [32, 1], [WARPS, 1], [1, 0])
 
     doc, tile = program_tile(p_work, width)
     if doc < 0:
@@ -237,11 +237,11 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
     v_s = gl.allocate_shared_memory(CODES, [BN, D], v_desc.layout)
     q_s = gl.allocate_shared_memory(SCORE_CODES, [STAGES, BM, D], q_desc.layout)
     do_s = gl.allocate_shared_memory(CODES, [STAGES, BM, D], do_desc.layout)
-    if Q_ROWS:
-        qt_s = q_s
+    if ROWS:
+        qt_s, dott_s = q_s, do_s
     else:
         qt_s = gl.allocate_shared_memory(CODES, [STAGES, D, BM], qt_desc.layout)
-    dott_s = gl.allocate_shared_memory(CODES, [STAGES, D, BM], dott_desc.layout)
+        dott_s = gl.allocate_shared_memory(CODES, [STAGES, D, BM], dott_desc.layout)
     rec_s = gl.allocate_shared_memory(gl.int32, [STAGES, BM, 4], rec_desc.layout)
     bars = copy_barriers(STAGES + 1)  # the last: K^'s and V^'s
     descs = (q_desc, do_desc, qt_desc, dott_desc, rec_desc)
@@ -256,7 +256,7 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
     g, t = 0, 0
     for i in gl.static_range(STAGES - 1):
         _copy_step(g, t, i, n_full, lo, full_lo, full_hi, h_k, q_row, q_col_t, total_q, GROUP, BM, D, descs, smem,
-                   bars, Q_ROWS)
+                   bars, ROWS)
         g, t = _next(g, t, n_head)
 
     o_kb = gl.arange(0, BN, layout=KEY)
@@ -293,24 +293,27 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
         if BM == 2 * SUB:  # the second half's products run under the first half's payload
             s_nxt, dp_nxt = _issue_half(k_s, v_s, q_s, do_s, slot, 1, SUB, b_zero_ss, b_zero_s)
         b_pc0, b_w0 = grad_scores(relayout(b_st, S_L), b_dpt, sx, qg, qry, vf, j * BM + o_j, o_k, geo, 1, masked,
-                                  CODES, False, P4, diag, relayout, S_L)
+                                  CODES, False, P4, diag, relayout, S_L, ROWS)
         if BM == 2 * SUB:
             qg, qry = _half_factors(rec_s.index(slot).slice(SUB, SUB), REC_L, QRY, SCALE_BLOCK)
             b_st, b_dpt = warpgroup_mma_wait(0, deps=(s_nxt, dp_nxt))
             b_pc1, b_w1 = grad_scores(relayout(b_st, S_L), b_dpt, sx, qg, qry, vf, j * BM + SUB + o_j, o_k, geo, 1,
-                                      masked, CODES, False, P4, diag, relayout, S_L)
+                                      masked, CODES, False, P4, diag, relayout, S_L, ROWS)
         else:
             b_pc1, b_w1 = b_pc0, b_w0                                # one half: unused
         # The slot step n - 1 used is free: its products have completed.
         _copy_step(g, t, (n + STAGES - 1) % STAGES, n_full, lo, full_lo, full_hi, h_k, q_row, q_col_t, total_q,
-                   GROUP, BM, D, descs, smem, bars, Q_ROWS)
+                   GROUP, BM, D, descs, smem, bars, ROWS)
         g, t = _next(g, t, n_head)
         g_now, t_now = _next(g_now, t_now, n_head)
+        if ROWS and j * BM + BM > len_q:  # the document's last step: rows past it are the next one's
+            _zero_rows_from(q_s.index(slot), len_q - j * BM)
+            _zero_rows_from(do_s.index(slot), len_q - j * BM)
         if CODES == gl.float8e4nv:
-            b_dv = _step_product(b_pc0, b_pc1, dott_s.index(slot), BM, A_L, CODES, False, b_zero_o)  # [BN, D]
+            b_dv = _step_product(b_pc0, b_pc1, dott_s.index(slot), BM, A_L, CODES, ROWS, b_zero_o)  # [BN, D]
             acc_dv = acc_dv + b_dv * pow2(e_dot)
         else:  # BF16: no step exponent, so the product accumulates inside the MMA
-            acc_dv = _step_product(b_pc0, b_pc1, dott_s.index(slot), BM, A_L, CODES, False, acc_dv)
+            acc_dv = _step_product(b_pc0, b_pc1, dott_s.index(slot), BM, A_L, CODES, ROWS, acc_dv)
         # dK's payload rows are keys: 2^eK and 2^-eV are constant along a row, the epilogue's.
         if GRAD4 > 0:  # E2M1 with its scales folded in, exact in BF16: accumulates as BF16 does
             rng = (seed, h_q.to(gl.int64) * total_q + q_start, k_start)
@@ -327,27 +330,26 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
             b_gc0, b_f = row_scaled_codes(b_w0, False)
             b_gc1 = b_gc0                                            # one half: unused
         if CODES == gl.bfloat16:
-            if Q_ROWS and j * BM + BM > len_q:  # the document's last step: Q^ rows past it are the next one's
-                _zero_rows_from(qt_s.index(slot), len_q - j * BM)
-            acc_dk = _step_product(b_gc0, b_gc1, qt_s.index(slot), BM, A_L, CODES, Q_ROWS, acc_dk)
+            acc_dk = _step_product(b_gc0, b_gc1, qt_s.index(slot), BM, A_L, CODES, ROWS, acc_dk)
         else:
-            b_dk = _step_product(b_gc0, b_gc1, qt_s.index(slot), BM, A_L, CODES, Q_ROWS, b_zero_o)  # [BN, D]
+            b_dk = _step_product(b_gc0, b_gc1, qt_s.index(slot), BM, A_L, CODES, ROWS, b_zero_o)  # [BN, D]
             acc_dk = acc_dk + b_dk * gl.convert_layout(b_f, OKEY)[:, None]
         s_nxt, dp_nxt = _issue_scores(k_s, v_s, q_s, do_s, bars, n + 1, STAGES, SUB, b_zero_ss, b_zero_s)
     warpgroup_mma_wait(0, deps=(s_nxt, dp_nxt))
     for i in gl.static_range(STAGES - 2):
         wait_copy(bars, n_steps + 1 + i, STAGES)
 
-    o_r = k0 + gl.arange(0, BN, layout=gl.SliceLayout(1, ROWS))     # [BN] key positions, a row per thread
-    o_d = gl.arange(0, D, layout=gl.SliceLayout(0, ROWS))
+    o_r = k0 + gl.arange(0, BN, layout=gl.SliceLayout(1, KEY_ROWS))  # [BN] key positions, a row per thread
+    o_d = gl.arange(0, D, layout=gl.SliceLayout(0, KEY_ROWS))
     o_out = ((k_start + o_r).to(gl.int64)[:, None] * heads_kv + h_k) * D + o_d[None, :]  # [BN, D]
     m_r = (o_r < len_k)[:, None]
-    vinv_r = gl.convert_layout(vinv, gl.SliceLayout(1, ROWS))[:, None]
+    vinv_r = gl.convert_layout(vinv, gl.SliceLayout(1, KEY_ROWS))[:, None]
     # 2^-eK 2^(eK - eV) of dK's payload, then the softmax scale, rounded before the rotation
     # (mul_rn) as in the Triton kernel.
-    b_dk = rotate(mul_rn(gl.convert_layout(acc_dk, ROWS), scale * vinv_r, False), inv_sqrt_d, ROTATE_STAGES)
+    b_dk = rotate(mul_rn(gl.convert_layout(acc_dk, KEY_ROWS), scale * vinv_r, False), inv_sqrt_d, ROTATE_STAGES)
     gl.store(p_dk + o_out, to_output(b_dk, p_dk.dtype.element_ty, False), mask=m_r)
-    gl.store(p_dv + o_out, to_output(gl.convert_layout(acc_dv, ROWS) * vinv_r, p_dv.dtype.element_ty, False), mask=m_r)
+    gl.store(p_dv + o_out, to_output(gl.convert_layout(acc_dv, KEY_ROWS) * vinv_r, p_dv.dtype.element_ty, False),
+             mask=m_r)
 
 
 def dkdv_descriptors(q_codes, do_codes, q_codes_t, dot_codes_t, records, k_codes, v_codes, block_m: int,

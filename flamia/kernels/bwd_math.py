@@ -9,7 +9,8 @@ import triton
 import triton.language as tl
 
 from .fp4 import e2m1_grad
-from .fp8 import E4M3_EQ, E4M3_MQ, mul_rn, pow2, pow2_reciprocal, scale_exponent, scaled, to_e4m3, to_output
+from .fp8 import (E4M3_EQ, E4M3_MQ, code_grid, mul_rn, pow2, pow2_reciprocal, scale_exponent, scaled, to_e4m3,
+                  to_output)
 from .fwd_math import diagonal_tile, p4_values, p_grid, same_layout
 from .hadamard import rotate
 from .layout import T_ALIGN as _T_ALIGN
@@ -96,7 +97,7 @@ def _visible_p4(b_p, o_i, o_k, geo, Q_AXIS: tl.constexpr, MASK, TO_LAYOUT: tl.co
 @triton.jit
 def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.constexpr, MASK,
                 CODES: tl.constexpr, INTERPRET: tl.constexpr, P4: tl.constexpr = 0, DIAG=True,
-                TO_LAYOUT: tl.constexpr = same_layout, TILE: tl.constexpr = None):
+                TO_LAYOUT: tl.constexpr = same_layout, TILE: tl.constexpr = None, RO_IN_P: tl.constexpr = False):
     """P codes and the gradient payload of one tile, NUMERICS.md 4 steps 1-6.
 
     The tile is [queries, keys] (Q_AXIS = 0, the dQ loop) or [keys, queries] (Q_AXIS = 1,
@@ -112,6 +113,8 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
     forward tile, ``fwd_math.diagonal_tile``) is false, its group maxima over the visible
     keys; 2 the leaking ablation's, on every tile with group maxima over the in-bounds keys;
     3 the all-4-bit route's, on every tile with group maxima over the visible keys.
+    RO_IN_P (the bf16 recipe's dV, NUMERICS.md 4a): the P returned is P^ ro rounded to CODES,
+    dV's A operand against dO^ (exponents 0, so rq is ro).
     Returns (P^ in the operand format CODES, payload fp32), tile shape. With W = fp32(fp32(Pd 2^(eV + eQ)) (dP - D))
     (dS 2^(eV + eQ): NUMERICS.md 4's dS rounded at the same places), the payload is
     G = W 2^(eK - eV) in the dQ orientation and W^T in the dK/dV one, whose key factors are
@@ -124,19 +127,20 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
         # other routes' unmasked steps are no shorter so, and spill more (PERFORMANCE.md).
         if MASK:
             b_pc, b_g = _grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS, True, CODES,
-                                     INTERPRET, P4, DIAG, TO_LAYOUT, TILE)
+                                     INTERPRET, P4, DIAG, TO_LAYOUT, TILE, RO_IN_P)
         else:
             b_pc, b_g = _grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS, False, CODES,
-                                     INTERPRET, P4, DIAG, TO_LAYOUT, TILE)
+                                     INTERPRET, P4, DIAG, TO_LAYOUT, TILE, RO_IN_P)
     else:
         b_pc, b_g = _grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS, MASK, CODES, INTERPRET,
-                                 P4, DIAG, TO_LAYOUT, TILE)
+                                 P4, DIAG, TO_LAYOUT, TILE, RO_IN_P)
     return b_pc, b_g
 
 
 @triton.jit
 def _grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.constexpr, MASK, CODES: tl.constexpr,
-                 INTERPRET: tl.constexpr, P4: tl.constexpr, DIAG, TO_LAYOUT: tl.constexpr, TILE: tl.constexpr):
+                 INTERPRET: tl.constexpr, P4: tl.constexpr, DIAG, TO_LAYOUT: tl.constexpr, TILE: tl.constexpr,
+                 RO_IN_P: tl.constexpr):
     """``grad_scores``' body."""
     K_AXIS: tl.constexpr = 1 - Q_AXIS
     m, rf, rq, deltad = qry
@@ -173,7 +177,10 @@ def _grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.con
         b_rq = rq[:, None] * (col_x[None, :] * pow2_reciprocal(vf))
     else:
         b_rq = rq[None, :]
-    b_g = (b_pcf * b_rq) * (b_dp * vf - tl.expand_dims(deltad, K_AXIS))
+    b_pd = b_pcf * b_rq
+    b_g = b_pd * (b_dp * vf - tl.expand_dims(deltad, K_AXIS))
+    if RO_IN_P:
+        b_pcf = code_grid(b_pd, CODES, INTERPRET)
     if MASK:
         # Masked by selection, never by a product: a masked step reaches rows or keys of the
         # next document, whose codes and records may be NaN (0 x NaN = NaN would cross it).

@@ -212,22 +212,18 @@ TILES_D64 = AttnTiles(**asdict(numerics_tiles(64)), fwd_stages=4, dq_stages=2, d
 TILES = {64: TILES_D64, 128: AttnTiles(**asdict(numerics_tiles(128)))}
 # BF16 codes take twice E4M3's shared memory and register A operands: at d=128 their own numerics
 # tiles (flamia/tiling.py) with E4M3's stages fit two programs per SM; at d=64 E4M3's tiles
-# without its register cap (docs/PERFORMANCE.md). These are the all-4-bit route's.
-ALL4_TILES = {64: replace(TILES_D64, dkdv_maxnreg=None), 128: AttnTiles(**asdict(numerics_tiles(128, "bf16")))}
-# The bf16 recipe's dK/dV copies no Q^T (its dK reads Q^'s row codes), so at d=128 three
-# stages still fit two programs per SM.
-BF16_TILES = {64: ALL4_TILES[64], 128: replace(ALL4_TILES[128], bwd_stages=3)}
+# without its register cap (docs/PERFORMANCE.md).
+BF16_TILES = {64: replace(TILES_D64, dkdv_maxnreg=None), 128: AttnTiles(**asdict(numerics_tiles(128, "bf16")))}
 # The mixed NVFP4 route, whose BF16 score operands set its registers and shared memory too:
 # BF16's tiles, with 128-key diagonal tiles at d=128 (flamia/tiling.py).
-NVFP4_TILES = {64: ALL4_TILES[64], 128: AttnTiles(**asdict(numerics_tiles(128, "nvfp4")))}
+NVFP4_TILES = {64: BF16_TILES[64], 128: AttnTiles(**asdict(numerics_tiles(128, "nvfp4")))}
 QUANTIZER = QuantizerTiles()
 SUPPORTED_HEAD_DIMS = tuple(TILES)
 
 
 def tiles_for(head_dim: int, route: Route = ROUTES["mxfp8"]) -> AttnTiles:
     """The tiles of the kernels at head_dim for a recipe's route (the all-4-bit route's BF16
-    codes take BF16's numerics tiles, without the bf16 recipe's third dK/dV stage, which its
-    Q^T copies would not leave room for; ``bf16_scores`` keeps its recipe's)."""
+    codes take BF16's: its changes are the kernels' flags; ``bf16_scores`` keeps its recipe's)."""
     if head_dim not in TILES:
         raise ValueError(f"head_dim: the kernels support {SUPPORTED_HEAD_DIMS}, got {head_dim}")
     return tile_table(route)[head_dim]
@@ -238,5 +234,5 @@ def tile_table(route: Route = ROUTES["mxfp8"]) -> dict[int, AttnTiles]:
     ``flamia.tiling.numerics_tiles`` names for the recipe; the benchmark scripts replace an
     entry to time or compile a candidate)."""
     if route.codes == BF16:
-        return ALL4_TILES if route.all4 else BF16_TILES
+        return BF16_TILES
     return NVFP4_TILES if route.p4 else TILES

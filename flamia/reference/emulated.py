@@ -283,6 +283,8 @@ def emulate_backward(fwd: EmulatedForward, do: torch.Tensor) -> tuple[torch.Tens
     dk_acc = torch.zeros_like(r.kc)
     dv_acc = torch.zeros_like(r.vc)
     q_steps = qgc.unflatten(2, (lq // bm, bm))                      # [B, H, T, bm, D]
+    if num.ro_in_p:  # dV = round(P^ ro)^T dO^: ro goes with P, so dV takes dO's row codes
+        dotc, dotf = doc, dof
     dot_steps = dotc.unflatten(2, (lq // bm, bm))
     dot_step_f = dotf.unflatten(2, (lq // bm, bm))[..., 0]          # [B, H, T]: constant per step
     for tile in _key_tiles(lay, chunk, tiles):
@@ -309,7 +311,7 @@ def emulate_backward(fwd: EmulatedForward, do: torch.Tensor) -> tuple[torch.Tens
         e_col = num.grad_exponent(g_cols.abs().amax(3))             # [B, H, T, C]
         g_dk = num.round_grad(g_cols * exp2i(-e_col)[:, :, :, None, :], w_dk)
         dk_acc[:, :, k0:k1] += (torch.einsum("bhtmc,bhtmd->bhtcd", g_dk, q_steps) * exp2i(e_col)[..., None]).sum(2)
-        p_steps = pq.unflatten(2, (lq // bm, bm))
+        p_steps = (num.round_p(pq * ro[..., None]) if num.ro_in_p else pq).unflatten(2, (lq // bm, bm))
         dv_acc[:, :, k0:k1] += (torch.einsum("bhtmc,bhtmd->bhtcd", p_steps, dot_steps)
                                 * dot_step_f[..., None, None]).sum(2)
 

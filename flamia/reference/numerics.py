@@ -19,6 +19,9 @@ class Numerics:
     per-key (dK) power-of-two scales (NUMERICS.md 3-4)."""
 
     qmax = E4M3_MAX
+    # dV's operands: P^ against dOt^ = dO ro (NUMERICS.md 4); True: P^ ro rounded as P is,
+    # against dO^ (the bf16 recipe, 4a)
+    ro_in_p = False
 
     def __init__(self, recipe: Recipe, head_dim: int):
         self.recipe = recipe
@@ -118,7 +121,10 @@ class Bf16ScoresNumerics(Bf16Scores, Numerics):
 
 
 class Bf16Numerics(Numerics):
-    """FlashAttention in BF16: operands, P, dO and dS rounded to BF16; no scales."""
+    """FlashAttention in BF16: operands, P, dO and dS rounded to BF16; no scales; dV from P^ ro
+    rounded to BF16, FlashAttention's normalized P."""
+
+    ro_in_p = True
 
     def operand(self, x, cu_seqlens, max_seqlen, rotate):
         xf = x.to(torch.bfloat16).float()
