@@ -236,7 +236,8 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_krec,
 def _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt, p_krec, n_k, geo, span_k, heads_kv, tk_t, diag, diag_k,
              rng,
              D: tl.constexpr, BN: tl.constexpr, SCALE_BLOCK: tl.constexpr, MASK: tl.constexpr,
-             CODES: tl.constexpr, P4: tl.constexpr, GRAD4: tl.constexpr, INTERPRET: tl.constexpr):
+             CODES: tl.constexpr, P4: tl.constexpr, GRAD4: tl.constexpr, ROWS: tl.constexpr,
+             INTERPRET: tl.constexpr):
     """One key step [k0, k0 + BN) of a query tile: acc [BM, D] += its dQ payload. b_q, b_do:
     [BM, D] codes; qx: the scores' row factor s2 2^eQ and qry: ``query_factors``'s second
     part, [BM]; o_i: [BM] query positions; p_rows = (K^, V^)
@@ -245,7 +246,8 @@ def _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt, p_krec, n_k, geo, s
     all at the document's first key (column) and the KV head; span_k: the document's transposed
     span; diag: the step lies in a diagonal forward tile (``forward_diagonal``; P4 only). GRAD4
     and rng: the all-4-bit route's G (``_add_row_scaled_mma``, ``grad_words``); its steps on
-    diagonal dQ tiles (diag_k) read K^T with per-key scales: p_kt = (K^T, that K^T) there."""
+    diagonal dQ tiles (diag_k) read K^T with per-key scales: p_kt = (K^T, that K^T) there.
+    ROWS (the bf16 recipe): dQ = G K^ on the row codes; K^T is not read."""
     p_k, p_v = p_rows
     o_k = k0 + tl.arange(0, BN)  # [BN] key positions
     m_k = o_k < geo[1]
@@ -258,7 +260,10 @@ def _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt, p_krec, n_k, geo, s
             p_kt = p_ktd
         if GRAD4 == 2:
             b_word = grad_words(rng, o_i, o_k, 0, 0)  # [BM, BN]
-    b_kt = _load_cols(p_kt, o_k, span_k, tk_t, D, MASK)  # [D, BN]
+    if ROWS:  # keys past the document load as zeros under MASK, as the transposed codes hold them
+        b_kb = b_k
+    else:
+        b_kb = tl.trans(_load_cols(p_kt, o_k, span_k, tk_t, D, MASK))  # [BN, D]
     # Keys past the document (masked steps only) take a neighbour's factors: their P and G are 0.
     kf, vf = record_factors(block_key_records(p_krec, k0, tl.arange(0, BN), n_k, SCALE_BLOCK, BN))
     b_zero = tl.zeros([b_q.shape[0], BN], dtype=tl.float32)
@@ -266,7 +271,7 @@ def _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt, p_krec, n_k, geo, s
     b_dp = mma(b_do, tl.trans(b_v), b_zero, INTERPRET)  # [BM, BN] dP before its factors
     _, b_g = grad_scores(b_s, b_dp, qx, kf, qry, vf, o_i, o_k, geo, 0, MASK, CODES, INTERPRET,
                          P4=P4, DIAG=diag)  # [BM, BN] payload G
-    return _add_row_scaled_mma(acc, b_g, tl.trans(b_kt), CODES, INTERPRET, GRAD4, b_word)
+    return _add_row_scaled_mma(acc, b_g, b_kb, CODES, INTERPRET, GRAD4, b_word)
 
 
 @triton.jit(do_not_specialize=PACKING_INTS)
@@ -275,11 +280,12 @@ def _dq_kernel(p_q, p_k, p_kt, p_v, p_do, p_rec, p_krec, p_cu_q, p_cu_k, p_cu_qt
                inv_sqrt_d, wl, wr, total_q, total_k, heads_q, tk_t, p_ktd, seed, GROUP: tl.constexpr,
                D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, SCALE_BLOCK: tl.constexpr,
                ROTATE_STAGES: tl.constexpr, CODES: tl.constexpr, P4: tl.constexpr, FBM: tl.constexpr,
-               FBN: tl.constexpr, GRAD4: tl.constexpr, INTERPRET: tl.constexpr):
+               FBN: tl.constexpr, GRAD4: tl.constexpr, ROWS: tl.constexpr, INTERPRET: tl.constexpr):
     """Program ((document, query tile), query head): dQ [BM, D] of the tile in p_dq's dtype
     (rotated back when ROTATE_STAGES > 0). The work list puts long documents first and, in
     each, the last tile: under a causal mask it sees the most keys. GRAD4 (``_dq_step``'s):
-    p_ktd, K^T with per-key scales laid out as p_kt, and the random-bit seed (None when unused)."""
+    p_ktd, K^T with per-key scales laid out as p_kt, and the random-bit seed (None when unused);
+    ROWS: ``_dq_step``'s."""
     doc, tile = program_tile(p_work, width)
     if doc < 0:
         return
@@ -312,13 +318,13 @@ def _dq_kernel(p_q, p_k, p_kt, p_v, p_do, p_rec, p_krec, p_cu_q, p_cu_k, p_cu_qt
         acc = _dq_step(acc, b_q, b_do, qx, qry, o_i, j * BN, p_rows, p_kt_doc, p_krec_doc, total_k - k_start, geo,
                        span_k, heads_kv, tk_t, forward_diagonal(i0, j * BN, geo, FBM, FBN),
                        forward_diagonal(i0, j * BN, geo, BM, BN), rng, D, BN, SCALE_BLOCK,
-                       False, CODES, P4, GRAD4, INTERPRET)
+                       False, CODES, P4, GRAD4, ROWS, INTERPRET)
     for t in range(0, (full_lo - lo) + (hi - full_hi)):
         k0 = masked_step(t, lo, full_lo, full_hi) * BN
         acc = _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt_doc, p_krec_doc, total_k - k_start, geo,
                        span_k, heads_kv, tk_t, forward_diagonal(i0, k0, geo, FBM, FBN),
                        forward_diagonal(i0, k0, geo, BM, BN), rng, D, BN, SCALE_BLOCK,
-                       True, CODES, P4, GRAD4, INTERPRET)
+                       True, CODES, P4, GRAD4, ROWS, INTERPRET)
     # 2^-eQ of dQ's code scale, exact before the softmax scale's one rounding (NUMERICS.md 4)
     acc = acc * pow2_reciprocal(qg)[:, None]
     store_dq(p_dq, acc, q_start + o_i, tl.arange(0, D), m_i, h_q, heads_q, scale, inv_sqrt_d, ROTATE_STAGES, INTERPRET)
@@ -447,7 +453,7 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
         key_rec = key_records(k_exps, v_exps)
     check_operand("key_rec", key_rec, i32, (hkv, tk))
     gluon_args = {k: v for k, v in args.items() if k != "INTERPRET"} | {"SCORE_CODES": scores.codes}
-    # the bf16 recipe's dK/dV reads the row codes (NUMERICS.md 4a); the all-4-bit route's
+    # the bf16 recipe's dK/dV and dQ read the row codes (NUMERICS.md 4a); the all-4-bit route's
     # transposed codes are grouped along tokens, so they hold other values
     rows = fmt == BF16 and not grad4
     grid = (dkdv_work.shape[1], hkv)
@@ -480,11 +486,11 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
                                           tiles.dq_block_n, k_codes_t_diag if grad4 else None)
         launch(dq_gluon_kernel, grid, *descs, records, key_rec, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t,
                cu_seqlens_k_t, dq_work, dq_work.shape[1], dq, ktd_desc=ktd_desc, BM=tiles.dq_block_m,
-               BN=tiles.dq_block_n, SCALE_BLOCK=scale_block, STAGES=tiles.dq_stages, num_warps=tiles.dq_warps,
-               **gluon_args, **rounding)
+               BN=tiles.dq_block_n, SCALE_BLOCK=scale_block, STAGES=tiles.dq_stages, ROWS=rows,
+               num_warps=tiles.dq_warps, **gluon_args, **rounding)
         return dq, dk, dv
     launch(_dq_kernel, grid, q_codes, k_codes, k_codes_t, v_codes, do_codes, records, key_rec, cu_seqlens_q,
            cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, dq_work, dq_work.shape[1], dq, tk_t=tk_t,
-           p_ktd=k_codes_t_diag, BM=tiles.dq_block_m, BN=tiles.dq_block_n, SCALE_BLOCK=scale_block,
+           p_ktd=k_codes_t_diag, BM=tiles.dq_block_m, BN=tiles.dq_block_n, SCALE_BLOCK=scale_block, ROWS=rows,
            num_warps=tiles.dq_warps, num_stages=tiles.dq_stages, **args, **rounding)
     return dq, dk, dv

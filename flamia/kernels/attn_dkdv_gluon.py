@@ -32,14 +32,13 @@ import functools
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
-                                                              warpgroup_mma_wait)
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
 from .bwd_math import (doc_bounds, e2m1_payload, forward_diagonal, grad_scores, masked_step, query_factors,
                        row_scaled_codes, step_range)
 from .fp8 import E4M3_EQ, E4M3_MQ, mul_rn, pow2, pow2_reciprocal, scale_exponent, to_codes, to_e4m3, to_output
 from .gluon_tma import (WARPS, code_descriptors, copy_barriers, descriptor, mma_layout, register_a_layout, relayout,
-                        thread_barrier, tma_load, wait_copy)
+                        tma_load, wait_copy, zero_rows_from)
 from .hadamard import rotate
 from .launch import PACKING_INTS
 from .layout import mma_token_order
@@ -147,19 +146,6 @@ def _queries_b(b_s, h, SUB: gl.constexpr, ROWS: gl.constexpr):
     else:
         b = b_s.slice(h * SUB, SUB, dim=1).permute((1, 0))
     return b
-
-
-@gluon.jit
-def _zero_rows_from(x_s, first):
-    """Zero rows first.. of x_s [BM, D] (codes in shared memory) before a wgmma reads them: a
-    product over queries must not read the next document's codes, where a zero P or G times a
-    non-finite code would carry it across documents; the transposed codes are zero there."""
-    L: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [WARPS, 1], [1, 0])
-    b_x = x_s.load(L)                                                # [BM, D]
-    rows = gl.arange(0, x_s.shape[0], layout=gl.SliceLayout(1, L))
-    x_s.store(gl.where((rows < first)[:, None], b_x, gl.zeros_like(b_x)))
-    fence_async_shared()
-    thread_barrier()
 
 
 @gluon.jit
@@ -307,8 +293,8 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
         g, t = _next(g, t, n_head)
         g_now, t_now = _next(g_now, t_now, n_head)
         if ROWS and j * BM + BM > len_q:  # the document's last step: rows past it are the next one's
-            _zero_rows_from(q_s.index(slot), len_q - j * BM)
-            _zero_rows_from(do_s.index(slot), len_q - j * BM)
+            zero_rows_from(q_s.index(slot), len_q - j * BM)
+            zero_rows_from(do_s.index(slot), len_q - j * BM)
         if CODES == gl.float8e4nv:
             b_dv = _step_product(b_pc0, b_pc1, dott_s.index(slot), BM, A_L, CODES, ROWS, b_zero_o)  # [BN, D]
             acc_dv = acc_dv + b_dv * pow2(e_dot)

@@ -1,7 +1,8 @@
 """The dQ kernel of ``attn_bwd.py`` in Gluon, for Hopper: TMA copies of the key steps, key words
 read once per scale block.
 
-Each key step reads K^ [BN, D], V^ [BN, D] and K^T [D, BN]. The Triton kernel loads them
+Each key step reads K^ [BN, D], V^ [BN, D] and K^T [D, BN] (the bf16 recipe not K^T: its dQ = G K^
+reads K^'s tile as an MN-major BF16 operand). The Triton kernel loads them
 with per-thread addresses and keeps a key factor per key in registers (48 of them); here one
 thread issues TMA copies of whole tiles into NVMMA-swizzled shared memory, STAGES - 1 steps
 ahead, and the key words come once per 32-key block (``records.block_key_records``). The
@@ -25,7 +26,7 @@ from .bwd_math import (doc_bounds, e2m1_payload, forward_diagonal, grad_scores, 
                        row_scaled_codes, step_range, store_dq)
 from .fp8 import pow2_reciprocal, to_codes
 from .gluon_tma import (WARPS, code_descriptors, copy_barriers, mma_layout, register_a_layout, relayout, tma_load,
-                        wait_copy)
+                        wait_copy, zero_rows_from)
 from .launch import PACKING_INTS
 from .layout import mma_token_order
 from .records import block_key_records, query_fields_by_word, record_factors
@@ -33,32 +34,36 @@ from .worklist import program_tile
 
 
 @gluon.jit
-def _copy_keys(k_desc, v_desc, kt_desc, k_s, v_s, kt_s, bars, slot, k_row, kv_col, kt_row, kt_col):
+def _copy_keys(k_desc, v_desc, kt_desc, k_s, v_s, kt_s, bars, slot, k_row, kv_col, kt_row, kt_col,
+               ROWS: gl.constexpr):
     """Start the TMA copies of one key step, K^ and V^ [BN, D] at (k_row, kv_col) and K^T
-    [D, BN] at (kt_row, kt_col), into slot ``slot`` of k_s, v_s, kt_s, all completing
-    bars[slot]. Keys past the document are the next document's finite codes (zeros past a
-    tensor's end): their payload is zero, as in the Triton kernel's masked steps."""
+    [D, BN] at (kt_row, kt_col) unless ROWS, into slot ``slot`` of k_s, v_s, kt_s, all
+    completing bars[slot]. Keys past the document are the next document's finite codes (zeros
+    past a tensor's end): their payload is zero, as in the Triton kernel's masked steps."""
     bar = bars.index(slot)
-    mbarrier.expect(bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes + kt_desc.block_type.nbytes)
+    KT_BYTES: gl.constexpr = 0 if ROWS else kt_desc.block_type.nbytes
+    mbarrier.expect(bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes + KT_BYTES)
     tma_load(k_desc, [k_row, kv_col], bar, k_s.index(slot))
     tma_load(v_desc, [k_row, kv_col], bar, v_s.index(slot))
-    tma_load(kt_desc, [kt_row, kt_col], bar, kt_s.index(slot))
+    if not ROWS:
+        tma_load(kt_desc, [kt_row, kt_col], bar, kt_s.index(slot))
 
 
 @gluon.jit
 def _copy_step(k_desc, v_desc, kt_desc, ktd_desc, k_s, v_s, kt_s, bars, slot, k0, k_row, h_k, kt_col, i0, geo,
-               D: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, GRAD4: gl.constexpr):
+               D: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, GRAD4: gl.constexpr, ROWS: gl.constexpr):
     """``_copy_keys`` of the key step from document key k0 into slot; the all-4-bit route's
     steps on diagonal dQ tiles (GRAD4 > 0) copy K^T with per-key scales from ktd_desc."""
     if GRAD4 > 0:
         if forward_diagonal(i0, k0, geo, BM, BN):
             _copy_keys(k_desc, v_desc, ktd_desc, k_s, v_s, kt_s, bars, slot, k_row + k0, h_k * D, h_k * D,
-                       kt_col + k0)
+                       kt_col + k0, ROWS)
         else:
             _copy_keys(k_desc, v_desc, kt_desc, k_s, v_s, kt_s, bars, slot, k_row + k0, h_k * D, h_k * D,
-                       kt_col + k0)
+                       kt_col + k0, ROWS)
     else:
-        _copy_keys(k_desc, v_desc, kt_desc, k_s, v_s, kt_s, bars, slot, k_row + k0, h_k * D, h_k * D, kt_col + k0)
+        _copy_keys(k_desc, v_desc, kt_desc, k_s, v_s, kt_s, bars, slot, k_row + k0, h_k * D, h_k * D, kt_col + k0,
+                   ROWS)
 
 
 @gluon.jit
@@ -85,19 +90,21 @@ def dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, kt_desc, p_rec, p_krec, p_c
                     GROUP: gl.constexpr, D: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
                     SCALE_BLOCK: gl.constexpr, STAGES: gl.constexpr, ROTATE_STAGES: gl.constexpr,
                     CODES: gl.constexpr, P4: gl.constexpr, FBM: gl.constexpr, FBN: gl.constexpr,
-                    SCORE_CODES: gl.constexpr, GRAD4: gl.constexpr):
+                    SCORE_CODES: gl.constexpr, GRAD4: gl.constexpr, ROWS: gl.constexpr):
     """``attn_bwd._dq_kernel``'s arguments and output (BM = 64, 4 warps) with Q^, dO^ ([Tq, Hq D]
     by [BM, D]), K^, V^ ([Tk, Hkv D] by [BN, D]) and K^T ([Hkv D, Tk_t] by [D, BN]) as TMA
     descriptors, and p_krec the ``key_records`` words; Q^ and K^ in SCORE_CODES (the mixed
     NVFP4 route's bf16 beside E4M3 codes). GRAD4, seed and ktd_desc (K^T with per-key scales,
-    as K^T's; None unless GRAD4 > 0): the all-4-bit route's, as the Triton kernel's."""
+    as K^T's; None unless GRAD4 > 0): the all-4-bit route's, as the Triton kernel's. ROWS (the
+    bf16 recipe): dQ = G K^ reads K^'s tile (wgmma takes BF16 B MN-major), so K^T is neither
+    copied nor given shared memory."""
     SS_L: gl.constexpr = mma_layout(BN, SCORE_CODES)  # S's accumulator; relayouts to dP's
     S_L: gl.constexpr = mma_layout(BN, CODES)
     O_L: gl.constexpr = mma_layout(D, CODES)
     G_L: gl.constexpr = register_a_layout(O_L, CODES)
     ROW: gl.constexpr = gl.SliceLayout(1, S_L)
     # The epilogue's: a token row per thread, so the rotation's butterflies stay in registers.
-    ROWS: gl.constexpr = gl.BlockedLayout([1, D], [32, 1], [WARPS, 1], [1, 0])
+    TOKEN_ROWS: gl.constexpr = gl.BlockedLayout([1, D], [32, 1], [WARPS, 1], [1, 0])
 
     doc, tile = program_tile(p_work, width)
     if doc < 0:
@@ -118,7 +125,10 @@ def dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, kt_desc, p_rec, p_krec, p_c
     do_s = gl.allocate_shared_memory(CODES, [BM, D], do_desc.layout)
     k_s = gl.allocate_shared_memory(SCORE_CODES, [STAGES, BN, D], k_desc.layout)
     v_s = gl.allocate_shared_memory(CODES, [STAGES, BN, D], v_desc.layout)
-    kt_s = gl.allocate_shared_memory(CODES, [STAGES, D, BN], kt_desc.layout)
+    if ROWS:
+        kt_s = k_s
+    else:
+        kt_s = gl.allocate_shared_memory(CODES, [STAGES, D, BN], kt_desc.layout)
     bars = copy_barriers(STAGES + 1)  # the last: Q^'s and dO^'s
     # Rows of Q^ and dO^ past the document are the next document's: their records read m = +inf
     # and zeros, so their payload is zero and they are not stored. Steps past the last are
@@ -128,7 +138,7 @@ def dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, kt_desc, p_rec, p_krec, p_c
     tma_load(do_desc, [q_start.to(gl.int32) + i0, h_q * D], bars.index(STAGES), do_s)
     for i in gl.static_range(STAGES - 1):
         _copy_step(k_desc, v_desc, kt_desc, ktd_desc, k_s, v_s, kt_s, bars, i, _step(i, n_full, lo, full_lo, full_hi) * BN,
-                   k_row, h_k, kt_col, i0, geo, D, BM, BN, GRAD4)
+                   k_row, h_k, kt_col, i0, geo, D, BM, BN, GRAD4, ROWS)
 
     o_i = i0 + gl.arange(0, BM, layout=ROW)                         # [BM] query positions
     m_i = o_i < len_q
@@ -156,7 +166,7 @@ def dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, kt_desc, p_rec, p_krec, p_c
         # The slot step n - 1 used is free: its products have completed.
         _copy_step(k_desc, v_desc, kt_desc, ktd_desc, k_s, v_s, kt_s, bars, (n + STAGES - 1) % STAGES,
                    _step(n + STAGES - 1, n_full, lo, full_lo, full_hi) * BN, k_row, h_k, kt_col, i0, geo, D, BM, BN,
-                   GRAD4)
+                   GRAD4, ROWS)
         kf, vf = record_factors(rec)                                # [BN] 2^eK, 2^eV
         b_g = grad_scores(relayout(b_s, S_L), b_dp, qx, kf, qry, vf, o_i, k0 + o_j, geo, 0, n >= n_full, CODES,
                           False, P4, forward_diagonal(i0, k0, geo, FBM, FBN), relayout, S_L)[1]  # G
@@ -169,8 +179,13 @@ def dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, kt_desc, p_rec, p_krec, p_c
             b_init = acc
         else:
             b_gc, b_f = row_scaled_codes(b_g, False)  # G's codes
-        b_t = warpgroup_mma(gl.convert_layout(mma_token_order(b_gc, CODES), G_L, assert_trivial=True),
-                            kt_s.index(n % STAGES).permute((1, 0)), b_init,
+        if ROWS:
+            if k0 + BN > len_k:  # the document's last key step: rows past it are the next one's
+                zero_rows_from(k_s.index(n % STAGES), len_k - k0)
+            b_kb = k_s.index(n % STAGES)                             # [BN, D], MN-major
+        else:
+            b_kb = kt_s.index(n % STAGES).permute((1, 0))
+        b_t = warpgroup_mma(gl.convert_layout(mma_token_order(b_gc, CODES), G_L, assert_trivial=True), b_kb, b_init,
                             use_acc=CODES == gl.bfloat16, is_async=True)
         # The next step's products queue behind this dQ tile and run under its sum (after
         # the last step, on keys no row reads: two products per program kept for a uniform loop).
@@ -186,8 +201,9 @@ def dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, kt_desc, p_rec, p_krec, p_c
 
     # 2^-eQ of dQ's code scale, exact before the softmax scale's one rounding (NUMERICS.md 4)
     acc = acc * gl.convert_layout(pow2_reciprocal(qg), gl.SliceLayout(1, O_L))[:, None]
-    o_r = i0 + gl.arange(0, BM, layout=gl.SliceLayout(1, ROWS))
-    store_dq(p_dq, gl.convert_layout(acc, ROWS), q_start + o_r, gl.arange(0, D, layout=gl.SliceLayout(0, ROWS)),
+    o_r = i0 + gl.arange(0, BM, layout=gl.SliceLayout(1, TOKEN_ROWS))
+    o_d = gl.arange(0, D, layout=gl.SliceLayout(0, TOKEN_ROWS))
+    store_dq(p_dq, gl.convert_layout(acc, TOKEN_ROWS), q_start + o_r, o_d,
              o_r < len_q, h_q, heads_q, scale, inv_sqrt_d, ROTATE_STAGES, False)
 
 

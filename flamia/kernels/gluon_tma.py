@@ -1,7 +1,7 @@
 """TMA plumbing shared by the Gluon attention kernels (``attn_fwd_gluon.py``, ``attn_dq_gluon.py``,
 ``attn_dkdv_gluon.py``): the load's and the CTA barrier's names across Triton versions, the warps
-of one warpgroup, the copy slots' mbarriers, host descriptors of code tensors (E4M3 or BF16), and
-the wgmma layouts of an operand format."""
+of one warpgroup, the copy slots' mbarriers, host descriptors of code tensors (E4M3 or BF16), the
+wgmma layouts of an operand format, and the zeroing of copied rows past a document."""
 import functools
 
 from triton.experimental import gluon
@@ -15,7 +15,7 @@ from .configs import format_of
 # SASS test may run one) call it async_load.
 tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 # A CTA-wide barrier: thread_barrier in Triton 3.6, barrier later.
-thread_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
+_thread_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 WARPS = gl.constexpr(4)  # one warpgroup, 16 rows per warp: AttnTiles checks 64-row tiles
 
 
@@ -101,3 +101,17 @@ def wait_copy(bars, n, STAGES: gl.constexpr):
     """Wait for the n-th copy group of a ring of STAGES slots (slot n % STAGES, its
     (n // STAGES)-th completion)."""
     mbarrier.wait(bars.index(n % STAGES), (n // STAGES) & 1)
+
+
+@gluon.jit
+def zero_rows_from(x_s, first):
+    """Zero rows first.. of x_s [R, D] (row codes in shared memory) before a wgmma reads them:
+    a product over tokens must not read the next document's codes that a tile past a
+    document's end copied, where a zero P or G times a non-finite code would carry it across
+    documents; the transposed codes hold zeros there."""
+    L: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [WARPS, 1], [1, 0])
+    b_x = x_s.load(L)                                                # [R, D]
+    rows = gl.arange(0, x_s.shape[0], layout=gl.SliceLayout(1, L))
+    x_s.store(gl.where((rows < first)[:, None], b_x, gl.zeros_like(b_x)))
+    fence_async_shared()
+    _thread_barrier()
