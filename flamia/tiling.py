@@ -7,7 +7,7 @@ diagonal, and how far a scale of the backward's payloads spans. The emulator
 (``flamia.kernels.configs``) extends them with what only changes speed (warps, stages,
 which kernel runs) and takes its per-head-dim extents from ``NUMERICS_TILES``.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -59,17 +59,17 @@ class NumericsTiles:
 # measurements that chose them).
 NUMERICS_TILES = {64: NumericsTiles(fwd_block_n=64), 128: NumericsTiles()}
 # The recipes whose kernels multiply BF16 codes (bf16, and fp4's decoded 4-bit values): at
-# d=128, 64-key forward tiles, 32-query dK/dV steps and 32-key dQ steps, whose operands take
-# half an SM's shared memory, so two programs share an SM (docs/PERFORMANCE.md).
-BF16_CODE_RECIPES = ("bf16", "fp4")
-BF16_NUMERICS_TILES = {64: NUMERICS_TILES[64], 128: NumericsTiles(fwd_block_n=64, bwd_block_m=32, dq_block_n=32)}
-# The mixed NVFP4 recipe (BF16 score codes beside E4M3 P, V and gradients): at d=128 BF16's
+# d=128, 64-key forward tiles and 32-query dK/dV steps, whose operands take half an SM's
+# shared memory, so two programs share an SM; bf16's dQ takes 64-key steps, fp4's 32 (its
+# diagonal dQ tiles set where K takes per-key scales). docs/PERFORMANCE.md.
+BF16_NUMERICS_TILES = {64: NUMERICS_TILES[64], 128: NumericsTiles(fwd_block_n=64, bwd_block_m=32, dq_block_n=64)}
+FP4_NUMERICS_TILES = {64: NUMERICS_TILES[64], 128: replace(BF16_NUMERICS_TILES[128], dq_block_n=32)}
+# The mixed NVFP4 recipe (BF16 score codes beside E4M3 P, V and gradients): at d=128 bf16's
 # tiles, which fit two programs per SM, with diagonal tiles of 128 keys, which decide which
 # pairs keep E4M3 P (64-key ones cost accuracy; docs/PERFORMANCE.md).
-NVFP4_NUMERICS_TILES = {64: NUMERICS_TILES[64], 128: NumericsTiles(fwd_block_n=64, bwd_block_m=32, dq_block_n=32,
-                                                                   fwd_diag_block_n=128)}
+NVFP4_NUMERICS_TILES = {64: NUMERICS_TILES[64], 128: replace(BF16_NUMERICS_TILES[128], fwd_diag_block_n=128)}
 # The recipes on tiles of their own (every other recipe takes NUMERICS_TILES).
-RECIPE_TILES = {**{name: BF16_NUMERICS_TILES for name in BF16_CODE_RECIPES}, "nvfp4": NVFP4_NUMERICS_TILES}
+RECIPE_TILES = {"bf16": BF16_NUMERICS_TILES, "fp4": FP4_NUMERICS_TILES, "nvfp4": NVFP4_NUMERICS_TILES}
 
 
 def numerics_tiles(head_dim: int, recipe: str = "mxfp8") -> NumericsTiles:

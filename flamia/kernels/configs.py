@@ -211,12 +211,15 @@ class QuantizerTiles:
 TILES_D64 = AttnTiles(**asdict(numerics_tiles(64)), fwd_stages=4, dq_stages=2, dkdv_maxnreg=168)
 TILES = {64: TILES_D64, 128: AttnTiles(**asdict(numerics_tiles(128)))}
 # BF16 codes take twice E4M3's shared memory and register A operands: at d=128 their own numerics
-# tiles (flamia/tiling.py) with E4M3's stages fit two programs per SM; at d=64 E4M3's tiles
-# without its register cap (docs/PERFORMANCE.md).
-BF16_TILES = {64: replace(TILES_D64, dkdv_maxnreg=None), 128: AttnTiles(**asdict(numerics_tiles(128, "bf16")))}
+# tiles (flamia/tiling.py) with E4M3's stages fit two programs per SM, bf16's 64-key dQ steps
+# with 2 stages; at d=64 E4M3's tiles without its register cap (docs/PERFORMANCE.md).
+BF16_TILES = {64: replace(TILES_D64, dkdv_maxnreg=None),
+              128: AttnTiles(**asdict(numerics_tiles(128, "bf16")), dq_stages=2)}
+# The all-4-bit route: bf16's kernels on fp4's numerics tiles (32-key dQ steps, 3 stages).
+FP4_TILES = {64: BF16_TILES[64], 128: AttnTiles(**asdict(numerics_tiles(128, "fp4")))}
 # The mixed NVFP4 route, whose BF16 score operands set its registers and shared memory too:
-# BF16's tiles, with 128-key diagonal tiles at d=128 (flamia/tiling.py).
-NVFP4_TILES = {64: BF16_TILES[64], 128: AttnTiles(**asdict(numerics_tiles(128, "nvfp4")))}
+# bf16's tiles, with 128-key diagonal tiles at d=128 (flamia/tiling.py).
+NVFP4_TILES = {64: BF16_TILES[64], 128: AttnTiles(**asdict(numerics_tiles(128, "nvfp4")), dq_stages=2)}
 QUANTIZER = QuantizerTiles()
 SUPPORTED_HEAD_DIMS = tuple(TILES)
 
@@ -234,5 +237,5 @@ def tile_table(route: Route = ROUTES["mxfp8"]) -> dict[int, AttnTiles]:
     ``flamia.tiling.numerics_tiles`` names for the recipe; the benchmark scripts replace an
     entry to time or compile a candidate)."""
     if route.codes == BF16:
-        return BF16_TILES
+        return FP4_TILES if route.all4 else BF16_TILES
     return NVFP4_TILES if route.p4 else TILES
