@@ -330,6 +330,26 @@ def test_score_codes_match_the_mixed_routes_operand(hadamard, block):
     _assert_score_codes_match(LENGTHS, HEADS, 128, block, hadamard, seed=11)
 
 
+def test_score_codes_of_ratios_that_underflow():
+    """Negative values whose ratio x / (s g) lies around fp32's smallest subnormal: the
+    reference's quotient is -0 (code +0) or a negative subnormal (code -0), and the kernels,
+    which round the ratio at a 2^e scale, give the same sign bits (fp32 inputs; each group's
+    maximum 2^100 sets s g near 2^97)."""
+    g = torch.Generator().manual_seed(5)
+    lengths, d = (32, 32), 128
+    x = -torch.ldexp(1.0 + torch.rand(sum(lengths), 1, d, generator=g),
+                     torch.randint(-56, -50, (sum(lengths), 1, d), generator=g))
+    x[:, :, ::NVFP4_GROUP] = 2.0 ** 100
+    x = x.to(DEVICE)
+    cu = _cu_seqlens(lengths)
+    got = quantize_pair(x, x, cu, cu, 32, False, scores=True)[0]
+    ref_exps = reference_operand(x.cpu(), cu.cpu(), max(lengths), 32, False).exps
+    want = nvfp4_operand(x.cpu(), rotate=False, exps=ref_exps)
+    bits = _bits(want.codes)
+    assert (bits == -2**31).any() and (bits == 0).any()  # -0 and +0: both sides of the boundary
+    assert torch.equal(_bits(got.codes.float().cpu()), _bits(want.codes))
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("hadamard", [False, True])
