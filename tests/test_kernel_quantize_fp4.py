@@ -332,9 +332,19 @@ def test_score_codes_match_the_mixed_routes_operand(hadamard, block):
 
 def test_score_codes_of_ratios_that_underflow():
     """Negative values whose ratio x / (s g) lies around fp32's smallest subnormal: the
-    reference's quotient is -0 (code +0) or a negative subnormal (code -0), and the kernels,
-    which round the ratio at a 2^e scale, give the same sign bits (fp32 inputs; each group's
-    maximum 2^100 sets s g near 2^97)."""
+    reference's quotient is -0 (code +0) or a negative subnormal (code -0), and the kernels
+    give the same sign bits (fp32 inputs; each group's maximum 2^100 sets s g near 2^97)."""
+    _assert_underflow_signs()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_score_codes_of_ratios_that_underflow_on_gpu():
+    """The same through the GPU's rotated Q/K launch (Gluon), which the interpreter does not run."""
+    _assert_underflow_signs()
+
+
+def _assert_underflow_signs():
     g = torch.Generator().manual_seed(5)
     lengths, d = (32, 32), 128
     x = -torch.ldexp(1.0 + torch.rand(sum(lengths), 1, d, generator=g),
