@@ -5,8 +5,8 @@ flamia's recipes beside FA2 varlen (aten), per workload.
                                                       [--workloads eq8x8k,logu11-16k] [--calls 3] [--out DIR]
 
 Each provider's training call (``flamia bench``'s job: quantizers, forward and backward, eager)
-runs once to warm up, then --calls times under the profiler; a kernel's time is its CUDA time per call, so host time between
-launches does not count (``flamia bench`` times the whole call). Writes results.json (header and
+runs once to warm up, then --calls times under the profiler; a kernel's time is its CUDA time
+per call, so host time between launches does not count (``flamia bench`` times the whole call). Writes results.json (header and
 records), results.md and results.png (a bar per provider and workload, split by kernel family)
 under --out.
 """
@@ -40,15 +40,20 @@ def family(kernel: str) -> str:
     return next(name for name, pattern in FAMILIES if re.search(pattern, kernel))
 
 
+def family_totals(records: list[dict]) -> dict:
+    """{(workload, provider): {family: ms per call}}, in the records' order."""
+    totals = defaultdict(lambda: defaultdict(float))
+    for r in records:
+        totals[(r["workload"], r["provider"])][family(r["kernel"])] += r["ms"]
+    return totals
+
+
 def markdown(head: dict, records: list[dict]) -> str:
     lines = [f"# CUDA time per kernel of one training call ({head['device']}, {head['date']})", "",
              f"Command: `{head['command']}`; versions: {head['versions']}.", "",
              "| workload | provider | total ms | " + " | ".join(name for name, _ in FAMILIES) + " |",
              "|---|---|---|" + "---|" * len(FAMILIES)]
-    totals = defaultdict(lambda: defaultdict(float))
-    for r in records:
-        totals[(r["workload"], r["provider"])][family(r["kernel"])] += r["ms"]
-    for (workload, provider), by_family in totals.items():
+    for (workload, provider), by_family in family_totals(records).items():
         cells = [f"{by_family[name]:.3f}" if name in by_family else "" for name, _ in FAMILIES]
         lines.append(f"| {workload} | {provider} | {sum(by_family.values()):.3f} | " + " | ".join(cells) + " |")
     lines += ["", "| workload | provider | kernel | ms | launches |", "|---|---|---|---|---|"]
@@ -58,13 +63,13 @@ def markdown(head: dict, records: list[dict]) -> str:
 
 
 def plot(records: list[dict], path: Path) -> None:
-    bars = list(dict.fromkeys((r["workload"], r["provider"]) for r in records))
+    totals = family_totals(records)
+    bars = list(totals)
     fig = Figure(figsize=(9, 0.4 * len(bars) + 1.5))
     ax = fig.add_subplot()
     left = [0.0] * len(bars)
     for name, _ in FAMILIES:
-        widths = [sum(r["ms"] for r in records if (r["workload"], r["provider"]) == bar and family(r["kernel"]) == name)
-                  for bar in bars]
+        widths = [totals[bar].get(name, 0.0) for bar in bars]
         ax.barh(range(len(bars)), widths, left=left, label=name)
         left = [a + b for a, b in zip(left, widths)]
     ax.set_yticks(range(len(bars)), [f"{w} {p}" for w, p in bars])

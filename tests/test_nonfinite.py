@@ -145,7 +145,7 @@ def test_nonfinite_stays_in_its_document_other_routes(operand, value, recipe):
 def test_nan_past_a_document_end_stays_out_of_it(operand, recipe):
     """A NaN in the one-token document, which lies inside the previous document's last query
     step: a product over that step's queries or keys must not read it (the bf16 route's dK, dV
-    and dQ read Q^'s, dO^'s and K^'s row codes, which hold the next document's tokens there). NaN, not +Inf: an Inf in Q can
-    score -inf against the document's only key, and a row whose every score is -inf reads as
-    one that saw no key (O = 0), as a masked row does."""
+    and dQ read Q^'s, dO^'s and K^'s row codes, which hold the next document's tokens there).
+    NaN, not +Inf: an Inf in Q can score -inf against the document's only key, and a row whose
+    every score is -inf reads as one that saw no key (O = 0), as a masked row does."""
     check("one-token", operand, "nan", True, "triton", heads=(4, 2), head_dim=128, device="cuda", recipe=recipe)
