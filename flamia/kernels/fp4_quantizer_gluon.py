@@ -75,6 +75,20 @@ def _store_token_groups(p_t, p_diag, b_x, b_amax, cu_seqlens_t, doc, length, uni
 
 
 @gluon.jit
+def _unit_start(p_t, p_diag_t, cu_seqlens, cu_seqlens_t, doc, unit, num_docs, h, T_t, D: gl.constexpr,
+                UNIT: gl.constexpr, T_ALIGN: gl.constexpr, COLS: gl.constexpr):
+    """(t0, end, length) of unit ``unit`` (UNIT tokens) of document doc: its first packed row
+    and the document's end (int64; nothing to do where t0 >= end) and length (int32). The
+    unit 0 program zeroes the document's transposed padding of head h in p_t (and p_diag_t)."""
+    start = gl.load(cu_seqlens + doc).to(gl.int64)
+    end = gl.load(cu_seqlens + doc + 1).to(gl.int64)
+    length = (end - start).to(gl.int32)
+    if unit == 0:
+        zero_transposed_padding(p_t, p_diag_t, cu_seqlens_t, doc, length, num_docs, h, T_t, D, T_ALIGN, COLS)
+    return start + unit * UNIT, end, length
+
+
+@gluon.jit
 def _operand_unit(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_work, width, T_t, H, h, num_docs,
                   p_diag_t, p_key_rec, T, D: gl.constexpr, UNIT: gl.constexpr, T_ALIGN: gl.constexpr):
     """This program's unit of head h (int64) of one operand."""
@@ -83,12 +97,8 @@ def _operand_unit(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_w
     doc, unit = program_tile_within(p_work, width)
     if doc < 0:
         return
-    start = gl.load(cu_seqlens + doc).to(gl.int64)
-    end = gl.load(cu_seqlens + doc + 1).to(gl.int64)
-    length = (end - start).to(gl.int32)
-    if unit == 0:
-        zero_transposed_padding(p_codes_t, p_diag_t, cu_seqlens_t, doc, length, num_docs, h, T_t, D, T_ALIGN, COLS)
-    t0 = start + unit * UNIT
+    t0, end, length = _unit_start(p_codes_t, p_diag_t, cu_seqlens, cu_seqlens_t, doc, unit, num_docs, h, T_t, D,
+                                  UNIT, T_ALIGN, COLS)
     if t0 >= end:
         return
     # Rows past the document's end load as zeros: their values and their columns' are 0.
@@ -138,15 +148,10 @@ def fp4_grad_output_kernel(p_do, p_o, p_ro, p_do_codes, p_do_exps, p_dot_t, p_do
     if doc < 0:
         return
     h = gl.program_id(1).to(gl.int64)
-    start = gl.load(cu_seqlens + doc).to(gl.int64)
-    end = gl.load(cu_seqlens + doc + 1).to(gl.int64)
-    length = (end - start).to(gl.int32)
-    if unit == 0:
-        zero_transposed_padding(p_dot_t, None, cu_seqlens_t, doc, length, num_docs, h, T_t, D, T_ALIGN, COLS)
-    t0 = start + unit * STEP
+    t0, end, length = _unit_start(p_dot_t, None, cu_seqlens, cu_seqlens_t, doc, unit, num_docs, h, T_t, D, STEP,
+                                  T_ALIGN, COLS)
     if t0 >= end:
         return
-    # Rows past the document's end load as zeros: their values and their columns' are 0.
     o_x, m_x = packed_rows(t0, end, h, H, STEP, D, ROWS)  # [STEP, D]
     b_do = gl.load(p_do + o_x, mask=m_x, other=0.0).to(gl.float32)  # [STEP, D]
     b_codes = _nvfp4_values(b_do, abs_max(b_do, 1), ROWS)
