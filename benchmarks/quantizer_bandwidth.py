@@ -84,13 +84,15 @@ def launches_of(case, recipe: str) -> dict:
     else:
         def pair():
             return quantize_pair(i.q, i.k, i.cu_seqlens, i.cu_seqlens, block, rotate, plan.cu_qt, plan.cu_kt, work,
-                                 work, route.codes, route.scores != route.codes)
+                                 work, route.codes, route.scores != route.codes, transposed=not route.rows)
 
         qq, kq = pair()
         for got, x in ((qq, i.q), (kq, i.k)):
-            plain = quantize_operand(x, i.cu_seqlens, block, rotate, True, plan.cu_qt, work, fmt=route.codes)
-            assert torch.equal(got.exps, plain.exps) and torch.equal(got.codes_t.view(torch.uint8),
-                                                                     plain.codes_t.view(torch.uint8))
+            plain = quantize_operand(x, i.cu_seqlens, block, rotate, not route.rows, plan.cu_qt, work,
+                                     fmt=route.codes)
+            assert torch.equal(got.exps, plain.exps)
+            if got.codes_t is not None:
+                assert torch.equal(got.codes_t.view(torch.uint8), plain.codes_t.view(torch.uint8))
     heads, total = i.q.shape[1], i.q.shape[0]
     ro = torch.rand(heads, total, device=i.q.device)
     records = dict(q_exps=qq.exps, pv=torch.zeros(total, i.k.shape[1], dtype=torch.int32, device=i.q.device),
@@ -104,7 +106,7 @@ def launches_of(case, recipe: str) -> dict:
         v = lambda: quantize_operand(i.v, i.cu_seqlens, block, False, True, plan.cu_kt, work, key_exps=kq.exps,
                                      fmt=route.codes)
         do = lambda: quantize_grad_output(i.do, i.q, ro, i.cu_seqlens, block, tiles.bwd_block_m, plan.cu_qt, grad_out,
-                                          fmt=route.codes, **records)
+                                          fmt=route.codes, transposed=not route.rows, **records)
     return {"q+k": pair, "v": v, "do": do}
 
 

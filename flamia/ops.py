@@ -70,7 +70,7 @@ def _backward(dout, out, saved, spec: AttnSpec, backend: str):
     with torch.autocast(dout.device.type, enabled=False):
         if backend == "triton":
             ops = _kernel_ops()
-            return ops.backward(dout, out, ops.Residuals(*saved), spec)
+            return ops.backward(dout, out, ops.Residuals.from_tensors(saved, spec), spec)
         from .reference.emulated import emulate_backward
         q, k, v = saved
         dq, dk, dv = emulate_backward(_emulate_forward(q, k, v, spec), dout.contiguous())
@@ -120,7 +120,12 @@ def attention_backward(dout: Tensor, out: Tensor, saved: list[Tensor], cu_seqlen
 @attention_backward.register_fake
 def _(dout, out, saved, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size,
       recipe, seed, backend):
-    k = saved[3] if backend == "triton" else saved[1]  # K's codes or K: [Tk, Hkv, D]
+    if backend == "triton":
+        spec = _spec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size,
+                     recipe, seed)
+        k = _kernel_ops().Residuals.from_tensors(saved, spec).k_codes  # [Tk, Hkv, D]
+    else:
+        k = saved[1]  # K: [Tk, Hkv, D]
     return (torch.empty_like(dout), dout.new_empty(k.shape), dout.new_empty(k.shape))
 
 

@@ -335,9 +335,11 @@ def test_bf16_triton_backend_matches_emulator(head_dim):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's path; on the GPU: tests/test_compile.py")
-def test_triton_backend_compiles_with_eager_bits():
+@pytest.mark.parametrize("recipe", ["mxfp8", "bf16"])
+def test_triton_backend_compiles_with_eager_bits(recipe):
     """The triton backend's custom ops under torch.compile(fullgraph=True): their fake
-    residuals match the real ones, and out and every gradient equal the eager path's. Without
+    residuals match the real ones (bf16's leave out the transposed Q and K codes), and out and
+    every gradient equal the eager path's. Without
     CUDA the Triton twins of the kernels run on the interpreter (through flamia.ops, since the
     public API refuses the triton backend on CPU tensors)."""
     from flamia.ops import attention
@@ -345,7 +347,7 @@ def test_triton_backend_compiles_with_eager_bits():
 
     g = torch.Generator().manual_seed(2)
     cu = torch.tensor([0, 37, 38, 100], dtype=torch.int32)
-    spec = AttnSpec(cu, cu, 62, 62, True, 64 ** -0.5, (-1, -1), RECIPES["mxfp8"])
+    spec = AttnSpec(cu, cu, 62, 62, True, 64 ** -0.5, (-1, -1), RECIPES[recipe])
     q, k, v = (torch.randn(100, 2, 64, generator=g).bfloat16().requires_grad_() for _ in range(3))
     do = torch.randn(100, 2, 64, generator=g).bfloat16()
 

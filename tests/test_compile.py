@@ -14,7 +14,7 @@ MODES = {"default": {}, "fullgraph": {"fullgraph": True}, "reduce-overhead": {"m
 
 
 @pytest.mark.parametrize("mode, recipe", [*((mode, "mxfp8") for mode in MODES), ("default", "nvfp4"),
-                                          ("fullgraph-reduce-overhead", "nvfp4")])
+                                          ("fullgraph-reduce-overhead", "nvfp4"), ("fullgraph-reduce-overhead", "bf16")])
 def test_compiled_step_equals_eager(mode, recipe):
     i = make_packed_inputs((300, 1, 77, 200), heads_q=8, heads_kv=2, head_dim=128, dtype=torch.bfloat16,
                            device="cuda")

@@ -56,8 +56,8 @@ def kernel_inputs(fwd, do) -> tuple[tuple, dict]:
     # the scores' exponents), the scores the score operands
     gq, gk = fwd.numerics.grad_operands(*fwd.inputs[:2], q, k, cu_q, cu_k, spec.max_seqlen_q, spec.max_seqlen_k)
 
-    def transposed(x, cu):  # [H, D, T_t] codes in the aligned layout
-        return transposed_reference(x, cu, codes).to(codes)
+    def transposed(x, cu):  # [H, D, T_t] codes in the aligned layout (none where the kernels read rows)
+        return None if route.rows else transposed_reference(x, cu, codes).to(codes)
 
     kwargs = dict(causal=spec.causal, window_size=spec.window_size, softmax_scale=spec.softmax_scale,
                   sigma=spec.recipe.sigma, scale_block=spec.recipe.scale_block, tiles=t,
@@ -289,6 +289,15 @@ def test_backward_names_bad_argument():
             *[aligned_starts(cu_seqlens([t]).cpu())] * 2]
     with pytest.raises(ValueError, match="^dot_exps: "):
         attention_backward(*args, causal=True, window_size=(-1, -1), softmax_scale=0.125, sigma=4, scale_block=32,
+                           tiles=AttnTiles())
+    args[11] = exps
+    for i, name in ((1, "q_codes_t"), (4, "k_codes_t"), (10, "dot_codes_t")):
+        with pytest.raises(ValueError, match=f"^{name}: None on the bf16 route .* got None with "):
+            attention_backward(*args[:i], None, *args[i + 1:], causal=True, window_size=(-1, -1),
+                               softmax_scale=0.125, sigma=4, scale_block=32, tiles=AttnTiles())
+    bf16 = [x.to(torch.bfloat16) if x.dtype == FP8 else x for x in args]
+    with pytest.raises(ValueError, match="^q_codes_t: None on the bf16 route .* got a tensor with "):
+        attention_backward(*bf16, causal=True, window_size=(-1, -1), softmax_scale=0.125, sigma=4, scale_block=32,
                            tiles=AttnTiles())
 
 

@@ -120,6 +120,23 @@ def test_bf16_pair_writes_what_two_launches_write():
         _assert_same_operand(got, quantize_operand(x, cu, 32, fmt=BF16))
 
 
+def test_bf16_launches_without_transposed_codes_write_the_rest():
+    """The bf16 route's launches (``Route.rows``: no Q^T, K^T, dOt^) write the same row codes,
+    exponents and D as the ones that also write the transposed codes, and no transposed codes."""
+    q, k = _rows(LENGTHS, HEADS, 64, seed=5), _rows(LENGTHS, HEADS, 64, seed=6)
+    cu = _cu_seqlens(LENGTHS)
+    for got, want in zip(quantize_pair(q, k, cu, cu, 32, fmt=BF16, transposed=False),
+                         quantize_pair(q, k, cu, cu, 32, fmt=BF16)):
+        assert got.codes_t is None and got.cu_seqlens_t is None
+        assert torch.equal(_bf16_bits(got.codes), _bf16_bits(want.codes)) and torch.equal(got.exps, want.exps)
+    ro = row_factors(LENGTHS, HEADS, seed=7)
+    got = quantize_grad_output(q, k, ro, cu, 32, STEP, fmt=BF16, transposed=False)
+    want = quantize_grad_output(q, k, ro, cu, 32, STEP, fmt=BF16)
+    assert got.dot_codes_t is None and torch.equal(_bf16_bits(got.do_codes), _bf16_bits(want.do_codes))
+    for name in ("do_exps", "dot_exps", "delta", "cu_seqlens_t"):
+        assert torch.equal(getattr(got, name), getattr(want, name)), name
+
+
 def _assert_bf16_score_codes(lengths, heads: int, d: int, block: int, hadamard: bool, seed: int) -> None:
     """``bf16_scores``' launch of Q and K (scores=2): the row codes are BF16 codes of x on the
     E4M3 codes' exponents, bit for bit the emulator's ``bf16_operand`` (an Inf kept, a NaN

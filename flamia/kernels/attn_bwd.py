@@ -122,10 +122,9 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_r
     first row (column) and the head; span_q: the document's transposed span (``doc_bounds``);
     diag: the step lies in a diagonal forward tile (``forward_diagonal``; P4 only); GRAD4 and
     rng: the all-4-bit route's G (``_add_row_scaled_mma``, ``grad_words``'s rng). ROWS (the bf16
-    recipe, NUMERICS.md 4a): dK = G^T Q^ and dV = bf16(P^ ro)^T dO^ on the row codes; the
-    transposed ones are not read."""
+    recipe, NUMERICS.md 4a): dK = G^T Q^ and dV = bf16(P^ ro)^T dO^ on the row codes; p_cols
+    is None."""
     p_q, p_do = p_rows
-    p_qt, p_dott = p_cols
     o_i = i0 + tl.arange(0, BM)  # [BM] query positions
     m_i = o_i < geo[0]
     b_q = _load_rows(p_q, o_i, m_i, heads_q * D, D, MASK)  # [BM, D]
@@ -135,6 +134,7 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_r
     if ROWS:
         b_qb, b_dob = b_q, b_do
     else:
+        p_qt, p_dott = p_cols
         b_qb = tl.trans(_load_cols(p_qt, o_i, span_q, tq_t, D, MASK))
         b_dob = tl.trans(_load_cols(p_dott, o_i, span_q, tq_t, D, MASK))
     qg, qry = query_factors(query_fields(p_rec, o_i, m_i, MASK))
@@ -199,7 +199,10 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_krec,
     key = (s2 * kf, kf, vf, pow2_reciprocal(vf))  # s2 rides on the key's factor, fixed for the whole tile
     b_kt = b_k  # a placeholder the steps ignore unless DQ_ATOMIC
     if DQ_ATOMIC:
-        b_kt = _load_cols(p_kt + h_k * D * tk_t + k_start_t, o_k, span_k, tk_t, D, True)  # [D, BN]
+        if ROWS:  # K^'s rows hold K^T's values (zeros past the document, as loaded)
+            b_kt = tl.trans(b_k)  # [D, BN]
+        else:
+            b_kt = _load_cols(p_kt + h_k * D * tk_t + k_start_t, o_k, span_k, tk_t, D, True)  # [D, BN]
     # Key k is seen by the queries i with k - off - wr <= i <= k - off + wl.
     lo, hi, full_lo, full_hi = step_range(k0, len_k, len_q, len_q - len_k, wr, wl, BN, BM)
     acc_dk = tl.zeros([BN, D], dtype=tl.float32)
@@ -210,7 +213,7 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_krec,
         o_qt = h_q * D * tq_t + q_start_t
         o_qe = q_start * heads_q + h_q
         p_rows = (p_q + o_qd, p_do + o_qd)
-        p_cols = (p_qt + o_qt, p_dott + o_qt)
+        p_cols = None if ROWS else (p_qt + o_qt, p_dott + o_qt)
         p_rec_h = p_rec + (h_q * total_q + q_start) * 4
         p_dqa_h = p_dqa + o_qd
         rng = (seed, h_q * total_q + q_start, k_start)
@@ -247,7 +250,7 @@ def _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt, p_krec, n_k, geo, s
     span; diag: the step lies in a diagonal forward tile (``forward_diagonal``; P4 only). GRAD4
     and rng: the all-4-bit route's G (``_add_row_scaled_mma``, ``grad_words``); its steps on
     diagonal dQ tiles (diag_k) read K^T with per-key scales: p_kt = (K^T, that K^T) there.
-    ROWS (the bf16 recipe): dQ = G K^ on the row codes; K^T is not read."""
+    ROWS (the bf16 recipe): dQ = G K^ on the row codes; p_kt is None."""
     p_k, p_v = p_rows
     o_k = k0 + tl.arange(0, BN)  # [BN] key positions
     m_k = o_k < geo[1]
@@ -306,7 +309,7 @@ def _dq_kernel(p_q, p_k, p_kt, p_v, p_do, p_rec, p_krec, p_cu_q, p_cu_k, p_cu_qt
     o_kv = (k_start * heads_kv + h_k) * D
     p_rows = (p_k + o_kv, p_v + o_kv)
     o_kt = h_k * D * tk_t + k_start_t
-    p_kt_doc = p_kt + o_kt
+    p_kt_doc = None if ROWS else p_kt + o_kt
     if GRAD4 > 0:
         p_kt_doc = (p_kt_doc, p_ktd + o_kt)
     rng = (seed, h_q * total_q + q_start, k_start)
@@ -366,8 +369,10 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     Codes are float8_e4m3fn (MXFP8) or bfloat16 (BF16, every exponent 0), one dtype: q_codes,
     do_codes [Tq, Hq, D]; k_codes, v_codes [Tk, Hkv, D]; q_codes_t, dot_codes_t [Hq, D, Tq_t] and
     k_codes_t [Hkv, D, Tk_t] (tokens contiguous in the layout of ``layout.py``, zero codes outside
-    documents). Exponents int8: q_exps, do_exps, dot_exps [Tq, Hq] (dot_exps constant over each
-    query step of ``tiles.bwd_block_m`` rows from the document start); k_exps, v_exps [Tk, Hkv].
+    documents; None on the bf16 recipe's route, ``Route.rows``, whose kernels read the row
+    codes instead, NUMERICS.md 4a). Exponents int8: q_exps, do_exps, dot_exps [Tq, Hq]
+    (dot_exps constant over each query step of ``tiles.bwd_block_m`` rows from the document
+    start); k_exps, v_exps [Tk, Hkv].
     delta, m, ro: [Hq, Tq] fp32 (m = +inf and ro = 0 on rows that see no key); pv: [Tq, Hkv] int32;
     cu_seqlens_q/k: int32 [num_docs + 1], with cu_seqlens_*[-1] = T (rows outside every document
     are not written); cu_seqlens_q_t/k_t: int32 [num_docs + 1], the transposed codes' document
@@ -396,8 +401,15 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
         raise ValueError(f"rotate: the Hadamard rotation needs head dim in {HADAMARD_DIMS}, got {d}")
     num_docs = cu_seqlens_q.shape[0] - 1
     tq_t, tk_t = transposed_extent(tq, num_docs), transposed_extent(tk, num_docs)
-    fmt, scores = format_of(q_codes_t), format_of(q_codes)
+    fmt, scores = format_of(v_codes), format_of(q_codes)
     codes, i8, i32 = fmt.torch_dtype, torch.int8, torch.int32
+    # the bf16 recipe's dK/dV and dQ read the row codes (NUMERICS.md 4a); the all-4-bit route's
+    # transposed codes are grouped along tokens, so they hold other values
+    rows = fmt == BF16 and not grad4
+    for name, x in (("q_codes_t", q_codes_t), ("k_codes_t", k_codes_t), ("dot_codes_t", dot_codes_t)):
+        if (x is None) != rows:
+            raise ValueError(f"{name}: None on the bf16 route (its kernels read the row codes), a tensor on the "
+                             f"others; got {'None' if x is None else 'a tensor'} with {codes} codes, grad4={grad4}")
     if p4 and ((fmt != E4M3 and not grad4) or tiles.diag_block_n % tiles.bwd_block_n
                or tiles.fwd_block_m % tiles.bwd_block_m or tiles.fwd_block_m % tiles.dq_block_m
                or tiles.diag_block_n % tiles.dq_block_n):
@@ -409,13 +421,16 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
                   or min(tiles.bwd_block_m, tiles.dq_block_n) % 16):
         raise ValueError(f"grad4: the all-4-bit route takes bfloat16 codes (got {codes}), k_codes_t_diag, 4-bit P "
                          f"on every tile (p4 2 or 3, got {p4}) and a dQ kernel on steps of 16 (got {tiles})")
+    transposed = [] if rows else [("q_codes_t", q_codes_t, codes, (hq, d, tq_t)),
+                                  ("k_codes_t", k_codes_t, codes, (hkv, d, tk_t)),
+                                  ("dot_codes_t", dot_codes_t, codes, (hq, d, tq_t))]
     for name, x, dtype, shape in (
-            ("q_codes", q_codes, scores.torch_dtype, (tq, hq, d)), ("q_codes_t", q_codes_t, codes, (hq, d, tq_t)),
+            *transposed, ("q_codes", q_codes, scores.torch_dtype, (tq, hq, d)),
             ("q_exps", q_exps, i8, (tq, hq)), ("k_codes", k_codes, scores.torch_dtype, (tk, hkv, d)),
-            ("k_codes_t", k_codes_t, codes, (hkv, d, tk_t)), ("k_exps", k_exps, i8, (tk, hkv)),
+            ("k_exps", k_exps, i8, (tk, hkv)),
             ("v_codes", v_codes, codes, (tk, hkv, d)), ("v_exps", v_exps, i8, (tk, hkv)),
             ("do_codes", do_codes, codes, (tq, hq, d)), ("do_exps", do_exps, i8, (tq, hq)),
-            ("dot_codes_t", dot_codes_t, codes, (hq, d, tq_t)), ("dot_exps", dot_exps, i8, (tq, hq)),
+            ("dot_exps", dot_exps, i8, (tq, hq)),
             ("delta", delta, torch.float32, (hq, tq)), ("m", m, torch.float32, (hq, tq)),
             ("ro", ro, torch.float32, (hq, tq)), ("pv", pv, i32, (tq, hkv)),
             ("cu_seqlens_q", cu_seqlens_q, i32, (num_docs + 1,)), ("cu_seqlens_k", cu_seqlens_k, i32, (num_docs + 1,)),
@@ -453,9 +468,6 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
         key_rec = key_records(k_exps, v_exps)
     check_operand("key_rec", key_rec, i32, (hkv, tk))
     gluon_args = {k: v for k, v in args.items() if k != "INTERPRET"} | {"SCORE_CODES": scores.codes}
-    # the bf16 recipe's dK/dV and dQ read the row codes (NUMERICS.md 4a); the all-4-bit route's
-    # transposed codes are grouped along tokens, so they hold other values
-    rows = fmt == BF16 and not grad4
     grid = (dkdv_work.shape[1], hkv)
     if tiles.dkdv_gluon and not interpreting():
         descs = dkdv_descriptors(q_codes, do_codes, q_codes_t, dot_codes_t, records, k_codes, v_codes,

@@ -343,10 +343,13 @@ def dkdv_descriptors(q_codes, do_codes, q_codes_t, dot_codes_t, records, k_codes
     """Host TMA descriptors of the dK/dV kernel's operands in the 2-D views and blocks that
     ``dkdv_gluon_kernel`` reads: Q^, dO^ [Tq, Hq D] by [BM, D]; Q^T, dOt^T [Hq D, Tq_t] by
     [D, BM]; the query records [Hq Tq, 4] by [BM, 4] (int32, unswizzled); K^, V^ [Tk, Hkv D]
-    by [BN, D]. Codes contiguous, float8_e4m3fn or bfloat16."""
+    by [BN, D]. Codes contiguous, float8_e4m3fn or bfloat16; Q^T and dOt^T None where the
+    kernel reads the row codes alone (ROWS): their descriptors too."""
     d = q_codes.shape[-1]
-    q, do, qt, dot = code_descriptors((q_codes.flatten(1), [block_m, d]), (do_codes.flatten(1), [block_m, d]),
-                                     (q_codes_t.flatten(0, 1), [d, block_m]), (dot_codes_t.flatten(0, 1), [d, block_m]))
+    q, do = code_descriptors((q_codes.flatten(1), [block_m, d]), (do_codes.flatten(1), [block_m, d]))
+    qt = dot = None
+    if q_codes_t is not None:
+        qt, dot = code_descriptors((q_codes_t.flatten(0, 1), [d, block_m]), (dot_codes_t.flatten(0, 1), [d, block_m]))
     k, v = code_descriptors((k_codes.flatten(1), [block_n, d]), (v_codes.flatten(1), [block_n, d]))
     rec = descriptor(records.flatten(0, 1), (block_m, 4), _RECORDS_SHARED)
     return q, do, qt, dot, rec, k, v

@@ -210,11 +210,12 @@ def dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, kt_desc, p_rec, p_krec, p_c
 def dq_descriptors(q_codes, do_codes, k_codes, v_codes, k_codes_t, block_m: int, block_n: int, k_codes_t_diag=None):
     """Host TMA descriptors of the dQ kernel's operands in the 2-D views and blocks that
     ``dq_gluon_kernel`` reads: Q^, dO^ [Tq, Hq D] by [BM, D]; K^, V^ [Tk, Hkv D] by [BN, D];
-    K^T [Hkv D, Tk_t] by [D, BN], and the all-4-bit route's k_codes_t_diag as K^T (None
-    without it). Codes contiguous, float8_e4m3fn or bfloat16."""
+    K^T [Hkv D, Tk_t] by [D, BN] (None where the kernel reads K^'s rows, ROWS), and the
+    all-4-bit route's k_codes_t_diag as K^T (None without it). Codes contiguous,
+    float8_e4m3fn or bfloat16."""
     d = q_codes.shape[-1]
-    kt_views = [k_codes_t] + ([] if k_codes_t_diag is None else [k_codes_t_diag])
     descs = code_descriptors((q_codes.flatten(1), [block_m, d]), (do_codes.flatten(1), [block_m, d]),
-                             (k_codes.flatten(1), [block_n, d]), (v_codes.flatten(1), [block_n, d]),
-                             *((kt.flatten(0, 1), [d, block_n]) for kt in kt_views))
-    return (*descs, None) if k_codes_t_diag is None else descs
+                             (k_codes.flatten(1), [block_n, d]), (v_codes.flatten(1), [block_n, d]))
+    kt_descs = tuple(None if kt is None else code_descriptors((kt.flatten(0, 1), [d, block_n]))[0]
+                     for kt in (k_codes_t, k_codes_t_diag))
+    return descs + kt_descs

@@ -50,6 +50,13 @@ class Route:
     # (``Recipe.bf16_scores``), both on the tokens' E4M3 exponents and stored as BF16.
     score_codes: int = 0
 
+    @property
+    def rows(self) -> bool:
+        """The backward's products over tokens read Q^, K^ and dO^ row tiles (BF16 wgmma takes
+        MN-major operands; the all-4-bit route's transposed codes hold other values), so the
+        quantizers write no Q^T, K^T or dOt^ (NUMERICS.md 4a)."""
+        return self.codes == BF16 and not self.all4
+
 
 # the recipes the kernels run
 ROUTES = {"mxfp8": Route(E4M3, E4M3), "bf16": Route(BF16, BF16), "nvfp4": Route(E4M3, BF16, p4=True, score_codes=1),

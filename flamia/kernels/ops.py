@@ -28,7 +28,8 @@ from .launch import _device
 
 class Residuals(NamedTuple):
     """What the backward reads of the forward: the codes (row-major [T, H, D] and transposed
-    [H, D, T_t], float8_e4m3fn, or bfloat16 for the BF16 recipe; the row-major Q and K codes
+    [H, D, T_t], float8_e4m3fn, or bfloat16 for the BF16 recipe, whose backward reads no
+    transposed Q and K codes: None, ``Route.rows``; the row-major Q and K codes
     of the mixed NVFP4 route and of ``bf16_scores`` are their bf16 score codes) and int8 exponents [T, H] of Q and K,
     V's codes and exponents, the transposed codes' document starts cu_qt, cu_kt (int32 [num_docs + 1]),
     the key records [Hkv, Tk] int32, the row statistics m, ro [Hq, Tq] fp32, PV [Tq, Hkv]
@@ -38,10 +39,10 @@ class Residuals(NamedTuple):
     (None on the other routes: ``tensors`` leaves it out)."""
 
     q_codes: torch.Tensor
-    q_codes_t: torch.Tensor
+    q_codes_t: torch.Tensor | None
     q_exps: torch.Tensor
     k_codes: torch.Tensor
-    k_codes_t: torch.Tensor
+    k_codes_t: torch.Tensor | None
     k_exps: torch.Tensor
     v_codes: torch.Tensor
     v_exps: torch.Tensor
@@ -58,6 +59,16 @@ class Residuals(NamedTuple):
         """The fields that are tensors, in order: what a custom op returns and autograd saves."""
         return [t for t in self if t is not None]
 
+    @classmethod
+    def from_tensors(cls, tensors: list[torch.Tensor], spec: AttnSpec) -> "Residuals":
+        """``tensors()`` of the call ``spec`` back as Residuals, the fields its route leaves
+        None put back."""
+        route = route_for(spec.recipe)
+        absent = {"q_codes_t", "k_codes_t"} if route.rows else set()
+        absent |= set() if route.all4 else {"k_codes_t_diag"}
+        given = iter(tensors)
+        return cls(*(None if name in absent else next(given) for name in cls._fields))
+
 
 def empty_residuals(q: torch.Tensor, k: torch.Tensor, spec: AttnSpec) -> Residuals:
     """Residuals of the right shapes and dtypes, uninitialised: the custom op's fake."""
@@ -72,8 +83,9 @@ def empty_residuals(q: torch.Tensor, k: torch.Tensor, spec: AttnSpec) -> Residua
     def new(shape, dtype):
         return q.new_empty(shape, dtype=dtype)
 
-    return Residuals(new((tq, hq, d), scores), new((hq, d, tq_t), codes), new((tq, hq), i8),
-                     new((tk, hkv, d), scores), new((hkv, d, tk_t), codes), new((tk, hkv), i8),
+    q_t, k_t = (None, None) if route.rows else (new((hq, d, tq_t), codes), new((hkv, d, tk_t), codes))
+    return Residuals(new((tq, hq, d), scores), q_t, new((tq, hq), i8),
+                     new((tk, hkv, d), scores), k_t, new((tk, hkv), i8),
                      new((tk, hkv, d), codes), new((tk, hkv), i8),
                      new((num_docs + 1,), i32), new((num_docs + 1,), i32), new((hkv, tk), i32),
                      new((hq, tq), f32), new((hq, tq), f32), new((tq, hkv), i32), new((plan.words,), i32),
@@ -91,10 +103,11 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     fmt = route.codes
     tiles, rotate, block = tiles_for(d, route), recipe.use_hadamard(d), recipe.scale_block
     # Q^T and K^T are written now, in the launch that reads Q and K anyway: the backward's
-    # dK = G^T Q^ and dQ = G K^ need them as K-major FP8 operands. The transposed codes'
-    # document starts and every launch's work list come from one launch (Q's quantizer list
-    # serves K and V when both sides share cu_seqlens); Q and K share a launch, and V's
-    # writes the key records. Row-major Q and K codes are the scores' (``Route.score_codes``).
+    # dK = G^T Q^ and dQ = G K^ need them as K-major FP8 operands (BF16 reads the rows:
+    # Route.rows). The transposed codes' document starts and every launch's work list come
+    # from one launch (Q's quantizer list serves K and V when both sides share cu_seqlens);
+    # Q and K share a launch, and V's writes the key records. Row-major Q and K codes are the
+    # scores' (``Route.score_codes``).
     plan = build_plan(spec.cu_seqlens_q, spec.cu_seqlens_k, q.shape[0], k.shape[0], tiles)
     k_work = plan.work("k_operand")
     if route.all4:  # K and V also with per-key scales, for the diagonal tiles
@@ -103,7 +116,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         vq = quantize_fp4_operand(v, spec.cu_seqlens_k, False, True, plan.cu_kt, k_work, key_records=True)
     else:
         qq, kq = quantize_pair(q, k, spec.cu_seqlens_q, spec.cu_seqlens_k, block, rotate, plan.cu_qt, plan.cu_kt,
-                               plan.work("q_operand"), k_work, fmt, scores=route.score_codes)
+                               plan.work("q_operand"), k_work, fmt, scores=route.score_codes,
+                               transposed=not route.rows)
         vq = quantize_operand(v, spec.cu_seqlens_k, block, False, True, plan.cu_kt, work=k_work, key_exps=kq.exps,
                               fmt=fmt)
     key_rec = vq.key_rec  # read by the forward and the backward's dQ
@@ -138,7 +152,8 @@ def backward(dout: torch.Tensor, out: torch.Tensor, res: Residuals,
                                       tiles.bwd_block_m, res.cu_qt, **records)
     else:
         go = quantize_grad_output(dout.contiguous(), out.contiguous(), res.ro, spec.cu_seqlens_q,
-                                  recipe.scale_block, tiles.bwd_block_m, res.cu_qt, fmt=fmt, **records)
+                                  recipe.scale_block, tiles.bwd_block_m, res.cu_qt, fmt=fmt,
+                                  transposed=not route.rows, **records)
     return attention_backward(
         res.q_codes, res.q_codes_t, res.q_exps, res.k_codes, res.k_codes_t, res.k_exps, res.v_codes, res.v_exps,
         go.do_codes, go.do_exps, go.dot_codes_t, go.dot_exps, go.delta, res.m, res.ro, res.pv,
@@ -195,13 +210,13 @@ def backward_eager(dout: torch.Tensor, out: torch.Tensor, saved: list, spec: Att
                    program: "replay.Program | None") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``backward`` for eager autograd, from ``forward_eager``'s saved tensors and program."""
     if program is None:
-        return backward(dout, out, Residuals(*saved), spec)
+        return backward(dout, out, Residuals.from_tensors(saved, spec), spec)
     workspace = saved[0]
     inputs = _inputs(spec, dout, out, workspace)
     key = (dout.shape, dout.dtype, dout.stride(), out.dtype, out.stride(), _device())
     grads = program.backward.get(key) if replay.available() and _aligned(dout, out) else None
     if grads is None or grads is ...:
-        res = Residuals(*program.views(workspace))
+        res = Residuals.from_tensors(program.views(workspace), spec)
         with replay.record(enabled=grads is ...) as (launches, ops):
             dq, dk, dv = backward(dout, out, res, spec)
         if grads is ...:

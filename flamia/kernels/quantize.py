@@ -67,7 +67,7 @@ class KernelGradOutput:
     """What the dO launch writes (NUMERICS.md 4).
     do_codes: [T, H, D] float8_e4m3fn (bfloat16 in the BF16 format) and do_exps: [T, H] int8, dO^ in token blocks;
     dot_codes_t: [H, D, T_t] float8_e4m3fn, e4m3((dO * ro) * 2^-edOt) in the layout of
-    ``layout.py`` (zero outside documents), its document starts cu_seqlens_t int32
+    ``layout.py`` (zero outside documents; None where not written), its document starts cu_seqlens_t int32
     [num_docs + 1]; dot_exps: [T, H] int8, edOt, one per (query step, head) repeated per
     token; delta: [H, T] fp32, D(i) = sum_d (dO^ * 2^edO)(i, d) * O(i, d); records:
     ``records.query_records`` [H, T, 4] int32 when the launch was given Q's exponents, PV
@@ -75,7 +75,7 @@ class KernelGradOutput:
 
     do_codes: torch.Tensor
     do_exps: torch.Tensor
-    dot_codes_t: torch.Tensor
+    dot_codes_t: torch.Tensor | None
     dot_exps: torch.Tensor
     delta: torch.Tensor
     cu_seqlens_t: torch.Tensor
@@ -234,15 +234,17 @@ def _quantize_grad_output_kernel(p_do, p_o, p_ro, p_do_codes, p_do_exps, p_dot_t
                                  cu_seqlens, cu_seqlens_t, p_work, width, num_docs, T, T_t, H,
                                  p_qe, p_pv, p_m, p_rec, heads_kv, D: tl.constexpr, STEP: tl.constexpr,
                                  BLOCK: tl.constexpr, RECORDS: tl.constexpr, GROUP: tl.constexpr,
-                                 SIGMA: tl.constexpr, FP4: tl.constexpr, T_ALIGN: tl.constexpr, CODES: tl.constexpr,
-                                 INTERPRET: tl.constexpr):
+                                 SIGMA: tl.constexpr, FP4: tl.constexpr, TRANSPOSED: tl.constexpr,
+                                 T_ALIGN: tl.constexpr, CODES: tl.constexpr, INTERPRET: tl.constexpr):
     """Program ((document, unit of STEP tokens), head). FP4 (CODES bf16, exponents 0): the
-    all-4-bit route's decoded values, dO^ in NVFP4 and dOt^ in 16-token groups."""
+    all-4-bit route's decoded values, dO^ in NVFP4 and dOt^ in 16-token groups. TRANSPOSED:
+    write dOt^ (p_dot_t); its exponents are written either way."""
     doc, unit = program_tile(p_work, width)
     if doc < 0:
         return
     h = tl.program_id(1).to(tl.int64)
-    _zero_padding(p_dot_t, cu_seqlens, cu_seqlens_t, doc, unit, num_docs, h, T_t, D, T_ALIGN)
+    if TRANSPOSED:
+        _zero_padding(p_dot_t, cu_seqlens, cu_seqlens_t, doc, unit, num_docs, h, T_t, D, T_ALIGN)
     start, end, o_t, m_t = _unit_rows(cu_seqlens, doc, unit, STEP)
     if start >= end:
         return
@@ -265,11 +267,12 @@ def _quantize_grad_output_kernel(p_do, p_o, p_ro, p_do_codes, p_do_exps, p_dot_t
     b_et = _exponents(b_dot, STEP, CODES)
     b_dot = _code_range(b_dot, pow2(-b_et)[:, None], CODES)
     tl.store(p_dot_exps + o_t * H + h, b_et.to(tl.int8), mask=m_t)
-    b_dot = tl.trans(b_dot)  # [D, STEP]
-    if FP4:
-        b_dot = token_group_values(b_dot)
-    _store_transposed(p_dot_t, b_dot, _unit_cols(cu_seqlens, cu_seqlens_t, doc, unit, STEP, T_ALIGN), h, T_t, D,
-                      CODES, INTERPRET)
+    if TRANSPOSED:
+        b_dot = tl.trans(b_dot)  # [D, STEP]
+        if FP4:
+            b_dot = token_group_values(b_dot)
+        _store_transposed(p_dot_t, b_dot, _unit_cols(cu_seqlens, cu_seqlens_t, doc, unit, STEP, T_ALIGN), h, T_t, D,
+                          CODES, INTERPRET)
     if RECORDS:  # records.query_records of these rows, from the values stored above (exponents as int8)
         store_query_records(p_rec, p_qe, p_pv, p_m, o_t, m_t, h, T, H, heads_kv, b_ro,
                             b_e.to(tl.int8).to(tl.int32), b_delta, GROUP, SIGMA)
@@ -432,9 +435,9 @@ def quantize_pair(q: torch.Tensor, k: torch.Tensor, cu_seqlens_q: torch.Tensor, 
                   block: int = 32, hadamard: bool = False, cu_seqlens_qt: torch.Tensor | None = None,
                   cu_seqlens_kt: torch.Tensor | None = None, q_work: torch.Tensor | None = None,
                   k_work: torch.Tensor | None = None, fmt: OperandFormat = E4M3,
-                  scores: int = 0) -> tuple[KernelOperand, KernelOperand]:
-    """Q and K -> ``quantize_operand(x, cu_seqlens, block, hadamard, True, cu_seqlens_t, work,
-    fmt=fmt)`` of each, in one launch (two when either has no tokens). q [Tq, Hq, D] and k
+                  scores: int = 0, transposed: bool = True) -> tuple[KernelOperand, KernelOperand]:
+    """Q and K -> ``quantize_operand(x, cu_seqlens, block, hadamard, transposed, cu_seqlens_t,
+    work, fmt=fmt)`` of each, in one launch (two when either has no tokens). q [Tq, Hq, D] and k
     [Tk, Hkv, D] share a dtype and a head dim; cu_seqlens_q and cu_seqlens_k a document count.
     scores (fmt E4M3; ``Route.score_codes``): the row-major codes are the scores' bf16 codes
     on the tokens' E4M3 exponents, 1 NVFP4 values (the mixed route, ``fp4.score_codes``), 2
@@ -447,9 +450,9 @@ def quantize_pair(q: torch.Tensor, k: torch.Tensor, cu_seqlens_q: torch.Tensor, 
     if scores and fmt != E4M3:
         raise ValueError(f"scores: bf16 score codes come with E4M3 transposed codes, got the {fmt.name} format")
     row_dtype = torch.bfloat16 if scores else fmt.torch_dtype
-    sides = [_Side.allocate(q, cu_seqlens_q, True, cu_seqlens_qt, q_work, fmt, row_dtype),
-             _Side.allocate(k, cu_seqlens_k, True, cu_seqlens_kt, k_work, fmt, row_dtype)]
-    _launch_pair(sides, block, hadamard, fmt, scores)
+    sides = [_Side.allocate(q, cu_seqlens_q, transposed, cu_seqlens_qt, q_work, fmt, row_dtype),
+             _Side.allocate(k, cu_seqlens_k, transposed, cu_seqlens_kt, k_work, fmt, row_dtype)]
+    _launch_pair(sides, block, hadamard, fmt, scores, transposed=transposed)
     return sides[0].operand(), sides[1].operand()
 
 
@@ -462,12 +465,12 @@ def _check_pair(q: torch.Tensor, k: torch.Tensor, cu_seqlens_q: torch.Tensor, cu
 
 
 def _launch_pair(sides: list[_Side], block: int, hadamard: bool, fmt: OperandFormat, scores: int = 0,
-                 fp4: bool = False) -> None:
-    """Q's and K's sides (``_launch_operands``, transposed codes written) in one launch, or
-    one each where a side has no tokens (a launch's operands each hold tokens)."""
+                 fp4: bool = False, transposed: bool = True) -> None:
+    """Q's and K's sides (``_launch_operands``) in one launch, or one each where a side has no
+    tokens (a launch's operands each hold tokens)."""
     with_tokens = [side for side in sides if side.x.shape[0]]
     for group in ([with_tokens] if len(with_tokens) == 2 else [[side] for side in with_tokens]):
-        _launch_operands(group, block, hadamard, True, fmt, scores, fp4=fp4)
+        _launch_operands(group, block, hadamard, transposed, fmt, scores, fp4=fp4)
 
 
 def _group_warps(tokens: int, d: int) -> int:
@@ -480,7 +483,8 @@ def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu
                          block: int = 32, step: int = 64, cu_seqlens_t: torch.Tensor | None = None,
                          work: torch.Tensor | None = None, q_exps: torch.Tensor | None = None,
                          pv: torch.Tensor | None = None, m: torch.Tensor | None = None,
-                         sigma: int = 0, fmt: OperandFormat = E4M3, fp4: bool = False) -> KernelGradOutput:
+                         sigma: int = 0, fmt: OperandFormat = E4M3, fp4: bool = False,
+                         transposed: bool = True) -> KernelGradOutput:
     """dO -> dO^, dOt^ and D in one launch that reads dO, O and ro once. do, o: [T, H, D]
     bf16/fp16/fp32, contiguous; ro: [H, T] fp32 (0 for invalid rows); cu_seqlens: int32
     [num_docs + 1] on do's device; block: dO^'s tokens per scale block; step: the dK/dV loop's query step
@@ -491,7 +495,8 @@ def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu
     fp32 and sigma: also write the backward's query records (``records.query_records``,
     ``KernelGradOutput.records``), saving their own launch. fmt: the codes' format (BF16:
     dO^ = bf16(dO), dOt^ = bf16(dO ro), exponents 0). fp4: the all-4-bit route's values
-    (fmt BF16, ``quantize_fp4.quantize_fp4_grad_output``)."""
+    (fmt BF16, ``quantize_fp4.quantize_fp4_grad_output``). transposed: also write dOt^ (else
+    ``dot_codes_t`` is None; its exponents are written either way)."""
     _check_rows(do, "do")
     _check_rows(o, "o")
     if o.shape != do.shape:
@@ -503,13 +508,14 @@ def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu
         # A unit of step tokens must cover its document's zero-padded transposed columns.
         raise ValueError(f"step: must be a power of two >= {T_ALIGN}, got {step}")
     _check_divisor(block, step, "block")
-    if fp4 and fmt != BF16:
-        raise ValueError(f"fp4: the all-4-bit route writes bf16 values, got the {fmt.name} format")
+    if fp4 and (fmt != BF16 or not transposed):
+        raise ValueError(f"fp4: the all-4-bit route writes bf16 values and dOt^, got the {fmt.name} format and "
+                         f"transposed={transposed}")
     dev = do.device
     do_codes = torch.empty((total, heads, d), dtype=fmt.torch_dtype, device=dev)
     do_exps = torch.empty((total, heads), dtype=torch.int8, device=dev)
     cu_t = aligned_starts(cu_seqlens) if cu_seqlens_t is None else cu_seqlens_t
-    dot_codes_t = _transposed_codes(heads, d, total, cu_seqlens, fmt)
+    dot_codes_t = _transposed_codes(heads, d, total, cu_seqlens, fmt) if transposed else None
     dot_exps = torch.empty((total, heads), dtype=torch.int8, device=dev)
     delta = torch.empty((heads, total), dtype=torch.float32, device=dev)
     records, heads_kv = None, 1
@@ -525,14 +531,14 @@ def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu
         records = torch.empty((heads, total, 4), dtype=torch.int32, device=dev)
     if total:
         grid, args = _units(cu_seqlens, total, step, heads, work)
-        common = dict(T=total, T_t=dot_codes_t.shape[2], H=heads, p_qe=q_exps, p_pv=pv, p_m=m, p_rec=records,
-                      heads_kv=heads_kv, D=d, STEP=step, RECORDS=records is not None,
+        common = dict(T=total, T_t=transposed_extent(total, cu_seqlens.numel() - 1), H=heads, p_qe=q_exps, p_pv=pv,
+                      p_m=m, p_rec=records, heads_kv=heads_kv, D=d, STEP=step, RECORDS=records is not None,
                       GROUP=heads // heads_kv if records is not None else 1, SIGMA=sigma, T_ALIGN=T_ALIGN, **args)
         outputs = (do, o, ro.contiguous(), do_codes, do_exps, dot_codes_t, dot_exps, delta, cu_seqlens, cu_t)
         if fp4 and d <= 512 and not interpreting():  # its layouts hold 16 of a row's elements per lane
             # a thread per 16-element group, so the groups' maxima need no shuffles (fp4_quantizer_gluon.py)
             launch(fp4_grad_output_kernel, grid, *outputs, **common, num_warps=_group_warps(step, d))
         else:
-            launch(_quantize_grad_output_kernel, grid, *outputs, **common, BLOCK=block, FP4=fp4, CODES=fmt.codes,
-                   INTERPRET=interpreting(), num_warps=4)
+            launch(_quantize_grad_output_kernel, grid, *outputs, **common, BLOCK=block, FP4=fp4,
+                   TRANSPOSED=transposed, CODES=fmt.codes, INTERPRET=interpreting(), num_warps=4)
     return KernelGradOutput(do_codes, do_exps, dot_codes_t, dot_exps, delta, cu_t, records)
