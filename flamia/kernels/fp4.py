@@ -182,26 +182,32 @@ def _group_scales(b_amax16, b_g):
 
 
 @triton.jit
-def divide_by_scale(x, s, g):
-    """x / (s * g) in fp32 for an E4M3 scale s > 0 and a power of two g = 2^eg >= 2^-126 with
-    |x| <= 1792 g (x in a block whose exponent gives g), without a division per element:
-    the quotient a / s of a = x * 2^f (f = min(64 - eg, 127), exact) through s's reciprocal
-    and one correction, r = a - q s exact in an fma and q + r / s rounded once (Markstein;
-    tests/test_kernel_fp4_divide.py checks every significand against every scale), then
-    scaled back by 2^-(f + eg). Equal to ``tl.math.div_rn(x, s * g)`` wherever that is a
-    nonzero normal fp32 number; below 2^-126 equal to it in being zero or not, and in sign
-    where not, all that E2M1 rounding reads (a zero may come as +0 where div_rn gives -0).
-    Why a = x * 2^f: a quotient a / s that loses bits below 2^-126 belongs to an x / (s g)
-    below 2^-181, and 2^f keeps a normal where |x| is; a division per element costs about
-    ten instructions and an out-of-line slow path, which spills the one-row-per-thread
-    Q/K launch."""
+def scaled_quotient(x, s, g):
+    """(q, e): x / (s * g) times 2^e, rounded once, for an E4M3 scale s > 0 and a power of two
+    g = 2^eg >= 2^-126 with |x| <= 1792 g (x in a block whose exponent gives g), without a
+    division per element: the quotient a / s of a = x * 2^f (f = min(64 - eg, 127), exact)
+    through s's reciprocal and one correction, r = a - q s exact in an fma and q + r / s
+    rounded once (Markstein; tests/test_kernel_fp4_divide.py checks every significand against
+    every scale); e = f + eg (int32, at most 64). Why a = x * 2^f: a quotient a / s that loses
+    bits below 2^-126 belongs to an x / (s g) below 2^-181, and 2^f keeps a normal where |x|
+    is; a division per element costs about ten instructions and an out-of-line slow path,
+    which spills the one-row-per-thread Q/K launch."""
     eg = ((g.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
     f = tl.minimum(64 - eg, 127)
     a = x * pow2(f)
     y = tl.math.div_rn(1.0, s)  # one per scale
     q = a * y
-    q = tl.fma(tl.fma(-q, s, a), y, q)
-    return q * pow2(-(f + eg))
+    return tl.fma(tl.fma(-q, s, a), y, q), f + eg
+
+
+@triton.jit
+def divide_by_scale(x, s, g):
+    """x / (s * g) in fp32 (``scaled_quotient`` scaled back by 2^-e): equal to
+    ``tl.math.div_rn(x, s * g)`` wherever that is a nonzero normal fp32 number; below 2^-126
+    equal to it in being zero or not, and in sign where not, all that E2M1 rounding reads (a
+    zero may come as +0 where div_rn gives -0)."""
+    q, e = scaled_quotient(x, s, g)
+    return q * pow2(-e)
 
 
 @triton.jit
@@ -232,12 +238,24 @@ def group_score_codes(b_groups, b_g):
     """The mixed NVFP4 route's score codes of b_groups [U, D / 16, 16] fp32 with per-row g
     b_g [U, 1, 1] (``group_ratios``): E2M1 value x E4M3 scale x 2^-2 [U, D / 16, 16] fp32,
     exact in bf16. A negative value that rounds to zero keeps its sign, as the decoded sign
-    bit does."""
-    b_s, b_scaled = group_ratios(b_groups, b_g)
-    # the sign as a bit: a negation may compile to 0 - x, which drops the sign of a zero
-    sign = (b_scaled < 0).to(tl.int32) << 31
-    b_r = (round_e2m1(tl.abs(b_scaled)).to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)
-    return b_r * (b_s * 0.25)
+    bit does. The ratio is rounded to E2M1 at its 2^e scale (``scaled_quotient``,
+    ``round_e2m1_at``) and the 2^-e goes into the scale's factor: the same values in fewer
+    operations than scaling back, rounding and selecting (docs/PERFORMANCE.md)."""
+    b_amax16 = tl.max(tl.abs(b_groups), axis=2, keep_dims=True)  # [U, D / 16, 1]
+    # x * 0 is 0, or NaN for a non-finite x (tl.max drops NaNs on the GPU): NaN scales carry it
+    b_nan = tl.sum(tl.sum(b_groups * 0.0, axis=2, keep_dims=True), axis=1, keep_dims=True)  # [U, 1, 1]
+    b_s = _group_scales(b_amax16, b_g) + b_nan
+    b_q, b_e = scaled_quotient(b_groups, b_s, b_g)
+    # The sign of a value whose fp32 ratio x / (s g) is a nonzero negative number, as the
+    # reference's codes take it: q 2^-e rounds to zero unless |q| > 2^(e - 150) (a subnormal
+    # power of two where e < 24). As a bit: a negation may compile to 0 - x, which drops the
+    # sign of a zero.
+    b_tiny = tl.where(b_e >= 24, pow2(tl.maximum(b_e, 24) - 150),
+                      (1 << (tl.maximum(b_e, 1) - 1)).to(tl.float32, bitcast=True))
+    sign = (b_q < -b_tiny).to(tl.int32) << 31
+    b_r = (round_e2m1_at(tl.abs(b_q), b_e).to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)
+    # an all-zero group's scale is 0 and its quotients 0 / 0: its codes are 0 (a NaN scale's NaN)
+    return tl.where(b_s > 0, b_r * (b_s * pow2(-2 - b_e)), b_s * 0.0)
 
 
 @triton.jit
