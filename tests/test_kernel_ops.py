@@ -98,3 +98,31 @@ def test_training_call_matches_emulator(dtype, head_dim, lengths, recipe):
     out = flamia.flash_attn_varlen_func(inputs.q, inputs.k, inputs.v, inputs.cu_seqlens, inputs.cu_seqlens,
                                         inputs.max_seqlen, inputs.max_seqlen, causal=True, recipe=recipe)
     assert torch.equal(out, got.out), "backend=None did not pick the kernels"
+
+
+@pytest.mark.parametrize("device", [pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs CUDA")]), pytest.param("cpu", marks=pytest.mark.skipif(
+        torch.cuda.is_available(), reason="the interpreter's path; the cuda case covers the GPU's"))])
+def test_bf16_backward_reads_grad_output_as_its_codes(device, monkeypatch):
+    """The bf16 route's backward reads a bf16 dO as its own codes (no dO^ written) where it is
+    16-byte aligned, and writes dO^ for one that is not: the same gradients, bit for bit."""
+    asked = []
+
+    def spy(*args, **kwargs):
+        asked.append(kwargs["own_codes"])
+        return quantize_grad_output(*args, **kwargs)
+
+    quantize_grad_output = kernel_ops.quantize_grad_output
+    monkeypatch.setattr(kernel_ops, "quantize_grad_output", spy)
+    inputs = make_packed_inputs((37, 1, 70), 4, 2, 64, dtype=torch.bfloat16, seed=4, device=device)
+    cu, n = inputs.cu_seqlens, inputs.max_seqlen
+    spec = AttnSpec(cu, cu, n, n, True, 0.125, (-1, -1), resolve_recipe("bf16"), seed=0)
+    out, _, res = kernel_ops.forward(inputs.q, inputs.k, inputs.v, spec)
+    shifted = torch.empty(inputs.do.numel() + 1, dtype=torch.bfloat16, device=device)[1:].view_as(inputs.do)
+    shifted.copy_(inputs.do)
+    assert inputs.do.data_ptr() % 16 == 0 and shifted.data_ptr() % 16 == 2
+    own = kernel_ops.backward(inputs.do, out, res, spec)
+    written = kernel_ops.backward(shifted, out, res, spec)
+    assert asked == [True, False]
+    for name, a, b in zip(("dQ", "dK", "dV"), own, written):
+        assert torch.equal(a, b), name

@@ -5,7 +5,7 @@ summation-order noise. Without CUDA the kernels run on Triton's CPU interpreter.
 import pytest
 import torch
 
-from flamia.kernels.configs import BF16, QuantizerTiles
+from flamia.kernels.configs import BF16, E4M3, QuantizerTiles
 from flamia.kernels.layout import (DOC_ALIGN, T_ALIGN, aligned_starts, aligned_starts_reference, token_columns, transposed_extent,
                                    transposed_reference)
 from flamia.kernels.quantize import quantize_grad_output, quantize_operand, quantize_pair
@@ -136,6 +136,26 @@ def test_bf16_launches_without_transposed_codes_write_the_rest():
     for name in ("do_exps", "dot_exps", "delta", "cu_seqlens_t"):
         assert torch.equal(getattr(got, name), getattr(want, name)), name
 
+
+
+def test_bf16_grad_output_as_its_own_codes():
+    """own_codes (the bf16 route's bf16 dO): dO^ is dO itself, and the launch writes the same
+    exponents, D and records as the one that writes the codes; other dtypes and formats are refused."""
+    do, o = _rows(LENGTHS, HEADS, 64, seed=8), _rows(LENGTHS, HEADS, 64, seed=9)
+    cu = _cu_seqlens(LENGTHS)
+    ro = row_factors(LENGTHS, HEADS, seed=10)
+    t = do.shape[0]
+    g = torch.Generator().manual_seed(11)
+    records = dict(q_exps=torch.zeros((t, HEADS), dtype=torch.int8), pv=torch.zeros((t, HEADS), dtype=torch.int32),
+                   m=torch.randn(HEADS, t, generator=g))
+    got = quantize_grad_output(do, o, ro, cu, 32, STEP, fmt=BF16, transposed=False, own_codes=True, **records)
+    want = quantize_grad_output(do, o, ro, cu, 32, STEP, fmt=BF16, transposed=False, **records)
+    assert got.do_codes is do and torch.equal(_bf16_bits(want.do_codes), _bf16_bits(do))
+    for name in ("do_exps", "dot_exps", "delta", "records"):
+        assert torch.equal(getattr(got, name), getattr(want, name)), name
+    for x, fmt in ((do.half(), BF16), (do, E4M3)):
+        with pytest.raises(ValueError, match="^own_codes: "):
+            quantize_grad_output(x, o.to(x.dtype), ro, cu, 32, STEP, fmt=fmt, transposed=False, own_codes=True)
 
 def _assert_bf16_score_codes(lengths, heads: int, d: int, block: int, hadamard: bool, seed: int) -> None:
     """``bf16_scores``' launch of Q and K (scores=2): the row codes are BF16 codes of x on the

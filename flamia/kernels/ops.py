@@ -151,9 +151,13 @@ def backward(dout: torch.Tensor, out: torch.Tensor, res: Residuals,
         go = quantize_fp4_grad_output(dout.contiguous(), out.contiguous(), res.ro, spec.cu_seqlens_q,
                                       tiles.bwd_block_m, res.cu_qt, **records)
     else:
-        go = quantize_grad_output(dout.contiguous(), out.contiguous(), res.ro, spec.cu_seqlens_q,
-                                  recipe.scale_block, tiles.bwd_block_m, res.cu_qt, fmt=fmt,
-                                  transposed=not route.rows, **records)
+        do = dout.contiguous()
+        # The bf16 route's codes of a bf16 dO are dO's own bits, which the kernels can read
+        # where TMA can (16-byte aligned): then the launch writes none.
+        own = route.rows and do.dtype == torch.bfloat16 and do.data_ptr() % 16 == 0
+        go = quantize_grad_output(do, out.contiguous(), res.ro, spec.cu_seqlens_q, recipe.scale_block,
+                                  tiles.bwd_block_m, res.cu_qt, fmt=fmt, transposed=not route.rows, own_codes=own,
+                                  **records)
     return attention_backward(
         res.q_codes, res.q_codes_t, res.q_exps, res.k_codes, res.k_codes_t, res.k_exps, res.v_codes, res.v_exps,
         go.do_codes, go.do_exps, go.dot_codes_t, go.dot_exps, go.delta, res.m, res.ro, res.pv,

@@ -235,10 +235,12 @@ def _quantize_grad_output_kernel(p_do, p_o, p_ro, p_do_codes, p_do_exps, p_dot_t
                                  p_qe, p_pv, p_m, p_rec, heads_kv, D: tl.constexpr, STEP: tl.constexpr,
                                  BLOCK: tl.constexpr, RECORDS: tl.constexpr, GROUP: tl.constexpr,
                                  SIGMA: tl.constexpr, FP4: tl.constexpr, TRANSPOSED: tl.constexpr,
-                                 T_ALIGN: tl.constexpr, CODES: tl.constexpr, INTERPRET: tl.constexpr):
+                                 ROW_CODES: tl.constexpr, T_ALIGN: tl.constexpr, CODES: tl.constexpr,
+                                 INTERPRET: tl.constexpr):
     """Program ((document, unit of STEP tokens), head). FP4 (CODES bf16, exponents 0): the
     all-4-bit route's decoded values, dO^ in NVFP4 and dOt^ in 16-token groups. TRANSPOSED:
-    write dOt^ (p_dot_t); its exponents are written either way."""
+    write dOt^ (p_dot_t); its exponents are written either way. ROW_CODES: write dO^ (else
+    dO is its own BF16 codes, ``quantize_grad_output``'s own_codes); its exponents either way."""
     doc, unit = program_tile(p_work, width)
     if doc < 0:
         return
@@ -255,7 +257,8 @@ def _quantize_grad_output_kernel(p_do, p_o, p_ro, p_do_codes, p_do_exps, p_dot_t
         b_codes = to_codes(nvfp4_values(b_do, abs_max(b_do, 1), D), CODES, INTERPRET)
     else:
         b_codes = to_codes(_code_range(b_do, pow2(-b_e)[:, None], CODES), CODES, INTERPRET)
-    tl.store(p_do_codes + o_x, b_codes, mask=m_t[:, None])
+    if ROW_CODES:
+        tl.store(p_do_codes + o_x, b_codes, mask=m_t[:, None])
     tl.store(p_do_exps + o_t * H + h, b_e.to(tl.int8), mask=m_t)
     # D from the same quantized dO that dP uses: (codes * 2^edO) * O, summed over the head dim.
     b_o = to_fp32(tl.load(p_o + o_x, mask=m_t[:, None], other=0.0), INTERPRET)  # [STEP, D]
@@ -484,7 +487,7 @@ def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu
                          work: torch.Tensor | None = None, q_exps: torch.Tensor | None = None,
                          pv: torch.Tensor | None = None, m: torch.Tensor | None = None,
                          sigma: int = 0, fmt: OperandFormat = E4M3, fp4: bool = False,
-                         transposed: bool = True) -> KernelGradOutput:
+                         transposed: bool = True, own_codes: bool = False) -> KernelGradOutput:
     """dO -> dO^, dOt^ and D in one launch that reads dO, O and ro once. do, o: [T, H, D]
     bf16/fp16/fp32, contiguous; ro: [H, T] fp32 (0 for invalid rows); cu_seqlens: int32
     [num_docs + 1] on do's device; block: dO^'s tokens per scale block; step: the dK/dV loop's query step
@@ -496,7 +499,8 @@ def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu
     ``KernelGradOutput.records``), saving their own launch. fmt: the codes' format (BF16:
     dO^ = bf16(dO), dOt^ = bf16(dO ro), exponents 0). fp4: the all-4-bit route's values
     (fmt BF16, ``quantize_fp4.quantize_fp4_grad_output``). transposed: also write dOt^ (else
-    ``dot_codes_t`` is None; its exponents are written either way)."""
+    ``dot_codes_t`` is None; its exponents are written either way). own_codes: do is bf16 and
+    fmt BF16, so dO^ = bf16(dO) is do's own bits: ``do_codes`` is do itself, not written."""
     _check_rows(do, "do")
     _check_rows(o, "o")
     if o.shape != do.shape:
@@ -511,8 +515,11 @@ def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu
     if fp4 and (fmt != BF16 or not transposed):
         raise ValueError(f"fp4: the all-4-bit route writes bf16 values and dOt^, got the {fmt.name} format and "
                          f"transposed={transposed}")
+    if own_codes and (fmt != BF16 or fp4 or do.dtype != torch.bfloat16):
+        raise ValueError(f"own_codes: needs bf16 do and the BF16 format without fp4, got do {do.dtype}, the "
+                         f"{fmt.name} format and fp4={fp4}")
     dev = do.device
-    do_codes = torch.empty((total, heads, d), dtype=fmt.torch_dtype, device=dev)
+    do_codes = do if own_codes else torch.empty((total, heads, d), dtype=fmt.torch_dtype, device=dev)
     do_exps = torch.empty((total, heads), dtype=torch.int8, device=dev)
     cu_t = aligned_starts(cu_seqlens) if cu_seqlens_t is None else cu_seqlens_t
     dot_codes_t = _transposed_codes(heads, d, total, cu_seqlens, fmt) if transposed else None
@@ -540,5 +547,6 @@ def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu
             launch(fp4_grad_output_kernel, grid, *outputs, **common, num_warps=_group_warps(step, d))
         else:
             launch(_quantize_grad_output_kernel, grid, *outputs, **common, BLOCK=block, FP4=fp4,
-                   TRANSPOSED=transposed, CODES=fmt.codes, INTERPRET=interpreting(), num_warps=4)
+                   TRANSPOSED=transposed, ROW_CODES=not own_codes, CODES=fmt.codes, INTERPRET=interpreting(),
+                   num_warps=4)
     return KernelGradOutput(do_codes, do_exps, dot_codes_t, dot_exps, delta, cu_t, records)
