@@ -142,26 +142,30 @@ def markdown(head: dict, results: list[dict]) -> str:
 
 def plot(results: list[dict], path: Path) -> None:
     """A stacked bar per recipe: the storages live at its peak, by the line that made them."""
+    import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    def label(row: dict) -> str:
+        return f"{row['where']} {row['dtype']}"
 
     figure = Figure(figsize=(11, 5), layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
-    labels = list(dict.fromkeys(f"{row['where']} {row['dtype']}" for r in results for row in r["at_peak"]))
-    palette = __import__("matplotlib").colormaps["tab20"]
+    palette = matplotlib.colormaps["tab20"]
+    colors = {name: palette(j % palette.N)
+              for j, name in enumerate(dict.fromkeys(label(row) for r in results for row in r["at_peak"]))}
     for x, r in enumerate(results):
         bottom = 0.0
         for row in r["at_peak"]:
-            label = f"{row['where']} {row['dtype']}"
-            axes.bar(x, row["gb"], bottom=bottom, color=palette(labels.index(label) % palette.N), edgecolor="white")
+            axes.bar(x, row["gb"], bottom=bottom, color=colors[label(row)], edgecolor="white")
             bottom += row["gb"]
     axes.set_xticks(range(len(results)), [r["recipe"] for r in results])
     axes.set_ylabel("GB live at the peak")
     axes.set_title(f"flamia training call, {results[0]['workload']}, counted on the CPU")
-    handles = [__import__("matplotlib").patches.Patch(color=palette(j % palette.N), label=label)
-               for j, label in enumerate(labels)]
-    axes.legend(handles=handles, fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    axes.legend(handles=[Patch(color=color, label=name) for name, color in colors.items()], fontsize=6,
+                loc="upper left", bbox_to_anchor=(1.0, 1.0))
     figure.savefig(path, dpi=110)
 
 
