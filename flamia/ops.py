@@ -59,8 +59,9 @@ def _forward(q, k, v, spec: AttnSpec, backend: str):
     backend's ``Residuals``, or q, k, v for the reference backend)."""
     with torch.autocast(q.device.type, enabled=False):
         if backend == "triton":
-            out, lse, res = _kernel_ops().forward(q, k, v, spec)
-            return out, lse, res.tensors()
+            ops = _kernel_ops()
+            out, lse, res = ops.forward(q, k, v, spec)
+            return out, lse, ops.residual_tensors(res, spec, q.dtype)  # the autograd node keeps Q and K
         fwd = _emulate_forward(q, k, v, spec)
         return fwd.out, fwd.lse, [q, k, v]
 
@@ -70,7 +71,7 @@ def _backward(dout, out, saved, spec: AttnSpec, backend: str):
     with torch.autocast(dout.device.type, enabled=False):
         if backend == "triton":
             ops = _kernel_ops()
-            return ops.backward(dout, out, ops.Residuals.from_tensors(saved, spec), spec)
+            return ops.backward(dout, out, ops.split_saved(saved, spec, out.dtype), spec)
         from .reference.emulated import emulate_backward
         q, k, v = saved
         dq, dk, dv = emulate_backward(_emulate_forward(q, k, v, spec), dout.contiguous())
@@ -123,7 +124,7 @@ def _(dout, out, saved, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
     if backend == "triton":
         spec = _spec(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size,
                      recipe, seed)
-        k = _kernel_ops().Residuals.from_tensors(saved, spec).k_codes  # [Tk, Hkv, D]
+        k = _kernel_ops().split_saved(saved, spec, out.dtype).k_codes  # [Tk, Hkv, D]
     else:
         k = saved[1]  # K: [Tk, Hkv, D]
     return (torch.empty_like(dout), dout.new_empty(k.shape), dout.new_empty(k.shape))
@@ -136,7 +137,10 @@ _CALL_ARGS = ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "c
 def _setup_context(ctx, inputs, output):
     out, lse, saved = output
     ctx.call = inputs[3:]
-    ctx.save_for_backward(out, *saved)
+    q, k, backend = inputs[0], inputs[1], inputs[12]
+    # Q and K where the triton backend's residuals leave them out (their own codes)
+    own = backend == "triton" and _kernel_ops().inputs_are_codes(_spec(*inputs[3:12]), q.dtype)
+    ctx.save_for_backward(out, *saved, *([q, k] if own else []))
     ctx.mark_non_differentiable(lse, *saved)
     ctx.set_materialize_grads(False)  # no zero gradients for lse and the residuals
 

@@ -157,6 +157,27 @@ def test_bf16_grad_output_as_its_own_codes():
         with pytest.raises(ValueError, match="^own_codes: "):
             quantize_grad_output(x, o.to(x.dtype), ro, cu, 32, STEP, fmt=fmt, transposed=False, own_codes=True)
 
+
+def test_records_without_exponents_only_for_bf16_codes():
+    """Q and K that are their own BF16 codes come without exponents: the dO launch's records and
+    V's key records then take eQ = eK = 0, as the zero exponents the BF16 quantizer writes give
+    them; E4M3 codes without exponents are refused by name."""
+    do, o, v = (_rows(LENGTHS, HEADS, 64, seed=s) for s in (12, 13, 14))
+    cu, t = _cu_seqlens(LENGTHS), do.shape[0]
+    ro = row_factors(LENGTHS, HEADS, seed=15)
+    zeros = torch.zeros((t, HEADS), dtype=torch.int8)
+    g = torch.Generator().manual_seed(16)
+    rec = dict(pv=torch.zeros((t, HEADS), dtype=torch.int32), m=torch.randn(HEADS, t, generator=g))
+    got = quantize_grad_output(do, o, ro, cu, 32, STEP, fmt=BF16, transposed=False, q_exps=None, **rec)
+    want = quantize_grad_output(do, o, ro, cu, 32, STEP, fmt=BF16, transposed=False, q_exps=zeros, **rec)
+    assert torch.equal(got.records, want.records)
+    got = quantize_operand(v, cu, 32, fmt=BF16, key_records=True)
+    assert torch.equal(got.key_rec, quantize_operand(v, cu, 32, fmt=BF16, key_exps=zeros).key_rec)
+    with pytest.raises(ValueError, match="^q_exps: "):
+        quantize_grad_output(do, o, ro, cu, 32, STEP, q_exps=None, **rec)
+    with pytest.raises(ValueError, match="^key_exps: "):
+        quantize_operand(v, cu, 32, key_records=True)
+
 def _assert_bf16_score_codes(lengths, heads: int, d: int, block: int, hadamard: bool, seed: int) -> None:
     """``bf16_scores``' launch of Q and K (scores=2): the row codes are BF16 codes of x on the
     E4M3 codes' exponents, bit for bit the emulator's ``bf16_operand`` (an Inf kept, a NaN

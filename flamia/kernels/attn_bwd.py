@@ -372,7 +372,8 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     documents; None on the bf16 recipe's route, ``Route.rows``, whose kernels read the row
     codes instead, NUMERICS.md 4a). Exponents int8: q_exps, do_exps, dot_exps [Tq, Hq]
     (dot_exps constant over each query step of ``tiles.bwd_block_m`` rows from the document
-    start); k_exps, v_exps [Tk, Hkv].
+    start); k_exps, v_exps [Tk, Hkv]; BF16 Q and K codes may come without exponents (q_exps,
+    k_exps None: the bf16 route's own bf16 inputs), then with records and key_rec.
     delta, m, ro: [Hq, Tq] fp32 (m = +inf and ro = 0 on rows that see no key); pv: [Tq, Hkv] int32;
     cu_seqlens_q/k: int32 [num_docs + 1], with cu_seqlens_*[-1] = T (rows outside every document
     are not written); cu_seqlens_q_t/k_t: int32 [num_docs + 1], the transposed codes' document
@@ -424,10 +425,15 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     transposed = [] if rows else [("q_codes_t", q_codes_t, codes, (hq, d, tq_t)),
                                   ("k_codes_t", k_codes_t, codes, (hkv, d, tk_t)),
                                   ("dot_codes_t", dot_codes_t, codes, (hq, d, tq_t))]
+    exps = [("q_exps", q_exps, i8, (tq, hq), records), ("k_exps", k_exps, i8, (tk, hkv), key_rec)]
+    for name, x, _, _, built in exps:
+        if x is None and (scores != BF16 or built is None):
+            raise ValueError(f"{name}: None only for BF16 Q and K codes (got {scores.name}) with "
+                             f"{'records' if name == 'q_exps' else 'key_rec'} given")
     for name, x, dtype, shape in (
             *transposed, ("q_codes", q_codes, scores.torch_dtype, (tq, hq, d)),
-            ("q_exps", q_exps, i8, (tq, hq)), ("k_codes", k_codes, scores.torch_dtype, (tk, hkv, d)),
-            ("k_exps", k_exps, i8, (tk, hkv)),
+            ("k_codes", k_codes, scores.torch_dtype, (tk, hkv, d)),
+            *(e[:4] for e in exps if e[1] is not None),
             ("v_codes", v_codes, codes, (tk, hkv, d)), ("v_exps", v_exps, i8, (tk, hkv)),
             ("do_codes", do_codes, codes, (tq, hq, d)), ("do_exps", do_exps, i8, (tq, hq)),
             ("dot_exps", dot_exps, i8, (tq, hq)),

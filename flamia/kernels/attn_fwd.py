@@ -24,10 +24,10 @@ import triton.language as tl
 
 from ..masks import effective_window
 from .attn_fwd_gluon import attn_fwd_gluon_kernel, operand_descriptors
-from .configs import E4M3, AttnTiles, format_of
+from .configs import BF16, E4M3, AttnTiles, format_of
 from .fp8 import (code_grid, interpreting, maybe_masked_load, mma, pow2, pow2_reciprocal, scaled, to_codes,
                   to_output)
-from .fwd_math import diagonal_tile, finish_rows, program_geometry, scores_to_codes, visible_keys
+from .fwd_math import diagonal_tile, finish_rows, program_geometry, query_factors, scores_to_codes, visible_keys
 from .layout import check_operand, mma_token_order, transposed_extent
 from .records import key_records, packed_key_factors
 from .worklist import list_extent, program_tile, tile_list
@@ -126,7 +126,7 @@ def _attn_fwd_kernel(p_q, p_qe, p_k, p_vt, p_krec, p_pv, p_cu_q, p_cu_k, p_cu_kt
     m_row = o_m < len_q
     o_row = q_start.to(tl.int64) + o_m                              # packed query rows
     b_q = tl.load(p_q + (o_row[:, None] * heads_q + h) * D + o_d[None, :], mask=m_row[:, None], other=0.0)  # [BM, D]
-    b_qf = s2 * pow2(tl.load(p_qe + o_row * heads_q + h, mask=m_row, other=0).to(tl.int32))  # [BM]
+    b_qf = query_factors(p_qe, o_row, m_row, heads_q, h, s2, CODES)  # [BM]
     b_pv = tl.load(p_pv + o_row * heads_kv + hk, mask=m_row, other=0)  # [BM] int32
     b_rf = pow2(SIGMA - b_pv)
 
@@ -191,18 +191,19 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
     quantizer returns them); key_rec: ``key_records(k_exps, v_exps)`` [Hkv, Tk] int32 if the
     caller has it (it serves the backward's dQ too), else built here. D is 64 or 128 and Hq a
     multiple of Hkv. work: the ``tile_list`` of query tiles (``fwd_block_m``, reversed) if the
-    caller has it (``plan.build_plan``), else built here.
+    caller has it (``plan.build_plan``), else built here. BF16 Q and K codes may come without
+    exponents (q_exps, k_exps None: the bf16 route's own bf16 inputs), then with key_rec.
 
     Returns out [Tq, Hq, D] in ``out_dtype`` (bf16, fp16 or fp32: the inputs', rounded once
     from fp32) and lse (natural log), m (integer running max, log2 units),
     ro = 2^(PV - sigma) / l, each [Hq, Tq] fp32.
     """
     tq, hq, d = q_codes.shape
-    tk, hkv = k_exps.shape
+    tk, hkv = k_codes.shape[:2]
     if d not in HEAD_DIMS:
         raise ValueError(f"q_codes: head dim must be one of {HEAD_DIMS}, got {d}")
     if hkv == 0 or hq % hkv:
-        raise ValueError(f"k_exps: Hq={hq} must be a multiple of Hkv, got shape {tuple(k_exps.shape)}")
+        raise ValueError(f"k_codes: Hq={hq} must be a multiple of Hkv, got shape {tuple(k_codes.shape)}")
     num_docs = cu_seqlens_q.shape[0] - 1
     tk_t = transposed_extent(tk, num_docs)
     fmt, scores = format_of(v_codes_t), format_of(q_codes)
@@ -213,9 +214,14 @@ def attention_forward(q_codes, q_exps, k_codes, k_exps, v_codes_t, v_exps, pv, c
     if all4 and p4 not in (2, 3):
         raise ValueError(f"v_codes_t_diag: the all-4-bit route takes 4-bit P on every tile (p4 2 or 3), got {p4}")
     codes, i8, i32 = fmt.torch_dtype, torch.int8, torch.int32
+    exps = [("q_exps", q_exps, i8, (tq, hq)), ("k_exps", k_exps, i8, (tk, hkv))]
+    for name, x, _, _ in exps:
+        if x is None and (scores != BF16 or (name == "k_exps" and key_rec is None)):
+            raise ValueError(f"{name}: None only for BF16 Q and K codes (got {scores.name}), K's with key_rec")
     for name, x, dtype, shape in (
-            ("q_codes", q_codes, scores.torch_dtype, (tq, hq, d)), ("q_exps", q_exps, i8, (tq, hq)),
-            ("k_codes", k_codes, scores.torch_dtype, (tk, hkv, d)), ("k_exps", k_exps, i8, (tk, hkv)),
+            ("q_codes", q_codes, scores.torch_dtype, (tq, hq, d)),
+            ("k_codes", k_codes, scores.torch_dtype, (tk, hkv, d)),
+            *(e for e in exps if e[1] is not None),
             ("v_codes_t", v_codes_t, codes, (hkv, d, tk_t)), ("v_exps", v_exps, i8, (tk, hkv)),
             *([("v_codes_t_diag", v_codes_t_diag, codes, (hkv, d, tk_t))] if all4 else []),
             ("pv", pv, i32, (tq, hkv)),

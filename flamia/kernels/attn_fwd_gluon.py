@@ -26,7 +26,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                                warpgroup_mma_wait)
 
 from .fp8 import e4m3_with_f16, pow2, pow2_reciprocal, scaled, to_output
-from .fwd_math import diagonal_tile, finish_rows, program_geometry, scores_to_codes, visible_keys
+from .fwd_math import diagonal_tile, finish_rows, program_geometry, query_factors, scores_to_codes, visible_keys
 from .gluon_tma import (WARPS, code_descriptors, copy_barriers, mma_layout, register_a_layout, relayout, tma_load,
                         wait_copy)
 from .launch import PACKING_INTS
@@ -188,7 +188,7 @@ def attn_fwd_gluon_kernel(q_desc, p_qe, k_desc, vt_desc, p_krec, p_pv, p_cu_q, p
     b_first, b_last = visible_keys(o_m, off, wl, wr, len_k)
     m_row = o_m < len_q
     o_row = q_start.to(gl.int64) + o_m                              # packed query rows
-    b_qf = s2 * pow2(gl.load(p_qe + o_row * heads_q + h, mask=m_row, other=0).to(gl.int32))  # [BM]
+    b_qf = query_factors(p_qe, o_row, m_row, heads_q, h, s2, CODES)  # [BM]
     b_pv = gl.load(p_pv + o_row * heads_kv + hk, mask=m_row, other=0)  # [BM] int32
     b_rf = pow2(SIGMA - b_pv)
     b_acc = gl.zeros([BM, D], gl.float32, layout=O_L)

@@ -53,6 +53,18 @@ def program_geometry(doc, tile, p_cu_q, p_cu_k, p_cu_kt, heads_q, heads_kv, wind
 
 
 @triton.jit
+def query_factors(p_qe, o_row, m_row, heads_q, h, s2, CODES: tl.constexpr):
+    """qf = s2 2^eQ [BM] fp32 of packed query rows o_row (where m_row) of head h, from Q's
+    exponents p_qe [Tq, Hq] int8; BF16 codes carry none (every exponent 0, NUMERICS.md 4a), so
+    they read nothing and p_qe may be None."""
+    if CODES == tl.bfloat16:
+        b_qf = s2 + m_row.to(tl.float32) * 0.0
+    else:
+        b_qf = s2 * pow2(tl.load(p_qe + o_row * heads_q + h, mask=m_row, other=0).to(tl.int32))
+    return b_qf
+
+
+@triton.jit
 def visible_keys(o_m, off, wl, wr, len_k):
     """Each row's visible keys [first, last] (NUMERICS.md 3) of query positions o_m [BM]
     (``program_geometry``'s off, wl, wr); last < first: the row sees none."""

@@ -1,6 +1,7 @@
 """The MXFP8, BF16, mixed NVFP4 and all-4-bit training calls on the GPU as two functions, forward
 and backward, for the custom ops of ``flamia/ops.py``: quantize -> forward, then quantize dO ->
-backward; 8 launches in all (plan, Q and K, V, PV, forward; dO, dK/dV, dQ).
+backward; 8 launches in all (plan, Q and K, V, PV, forward; dO, dK/dV, dQ), 7 where bf16 Q and
+K are the bf16 route's own codes (``inputs_are_codes``: no Q and K launch).
 
 Glue only: every launch lives in plan.py, quantize.py, prefix.py, attn_fwd.py and attn_bwd.py. Nothing here reads
 a device value on the host, so a whole training step captures in a CUDA graph.
@@ -60,14 +61,52 @@ class Residuals(NamedTuple):
         return [t for t in self if t is not None]
 
     @classmethod
-    def from_tensors(cls, tensors: list[torch.Tensor], spec: AttnSpec) -> "Residuals":
-        """``tensors()`` of the call ``spec`` back as Residuals, the fields its route leaves
-        None put back."""
+    def from_tensors(cls, tensors: list[torch.Tensor], spec: AttnSpec, dtype: torch.dtype) -> "Residuals":
+        """``tensors()`` of the call ``spec`` on inputs of ``dtype`` back as Residuals, the
+        fields its route leaves None put back."""
         route = route_for(spec.recipe)
         absent = {"q_codes_t", "k_codes_t"} if route.rows else set()
+        absent |= {"q_codes", "q_exps", "k_codes", "k_exps"} if inputs_are_codes(spec, dtype) else set()
         absent |= set() if route.all4 else {"k_codes_t_diag"}
         given = iter(tensors)
         return cls(*(None if name in absent else next(given) for name in cls._fields))
+
+
+def inputs_are_codes(spec: AttnSpec, dtype: torch.dtype) -> bool:
+    """Whether Q and K of ``dtype`` are their own codes: the bf16 route's BF16 codes of bf16
+    values are the values' bits with exponents 0, so no launch writes them, the kernels read
+    the inputs, and the residuals leave Q^, K^ and their exponents out (the caller keeps Q and
+    K for the backward)."""
+    return route_for(spec.recipe).rows and dtype == torch.bfloat16
+
+
+def _tma_ready(x: torch.Tensor) -> torch.Tensor:
+    """x, or a copy where its address is not 16-byte aligned (TMA's base)."""
+    return x if x.data_ptr() % 16 == 0 else x.clone()
+
+
+def residual_tensors(res: Residuals, spec: AttnSpec, dtype: torch.dtype) -> list[torch.Tensor]:
+    """The tensors the forward made for the backward (a custom op's third output, a replayed
+    call's workspace): ``res.tensors()`` without Q's and K's codes where those are the inputs
+    of ``dtype`` themselves (``inputs_are_codes``)."""
+    if inputs_are_codes(spec, dtype):
+        res = res._replace(q_codes=None, k_codes=None)
+    return res.tensors()
+
+
+def saved_for_backward(res: Residuals, q: torch.Tensor, k: torch.Tensor, spec: AttnSpec) -> list[torch.Tensor]:
+    """What autograd keeps for the backward: ``residual_tensors``, then Q and K where they are
+    their own codes (``split_saved`` inverts it)."""
+    return residual_tensors(res, spec, q.dtype) + ([q, k] if inputs_are_codes(spec, q.dtype) else [])
+
+
+def split_saved(saved: list[torch.Tensor], spec: AttnSpec, dtype: torch.dtype) -> Residuals:
+    """``saved_for_backward``'s list (``dtype``: the inputs') back as the backward's Residuals,
+    Q's and K's codes the inputs themselves where they are their own."""
+    if not inputs_are_codes(spec, dtype):
+        return Residuals.from_tensors(saved, spec, dtype)
+    *rest, q, k = saved
+    return Residuals.from_tensors(rest, spec, dtype)._replace(q_codes=q.contiguous(), k_codes=k.contiguous())
 
 
 def empty_residuals(q: torch.Tensor, k: torch.Tensor, spec: AttnSpec) -> Residuals:
@@ -84,8 +123,9 @@ def empty_residuals(q: torch.Tensor, k: torch.Tensor, spec: AttnSpec) -> Residua
         return q.new_empty(shape, dtype=dtype)
 
     q_t, k_t = (None, None) if route.rows else (new((hq, d, tq_t), codes), new((hkv, d, tk_t), codes))
-    return Residuals(new((tq, hq, d), scores), q_t, new((tq, hq), i8),
-                     new((tk, hkv, d), scores), k_t, new((tk, hkv), i8),
+    own = inputs_are_codes(spec, q.dtype)
+    return Residuals(None if own else new((tq, hq, d), scores), q_t, None if own else new((tq, hq), i8),
+                     None if own else new((tk, hkv, d), scores), k_t, None if own else new((tk, hkv), i8),
                      new((tk, hkv, d), codes), new((tk, hkv), i8),
                      new((num_docs + 1,), i32), new((num_docs + 1,), i32), new((hkv, tk), i32),
                      new((hq, tq), f32), new((hq, tq), f32), new((tq, hkv), i32), new((plan.words,), i32),
@@ -110,7 +150,12 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     # scores' (``Route.score_codes``).
     plan = build_plan(spec.cu_seqlens_q, spec.cu_seqlens_k, q.shape[0], k.shape[0], tiles)
     k_work = plan.work("k_operand")
-    if route.all4:  # K and V also with per-key scales, for the diagonal tiles
+    if inputs_are_codes(spec, q.dtype):  # Q and K read as they are: no Q/K launch
+        qq = kq = None
+        q_codes, k_codes = _tma_ready(q), _tma_ready(k)
+        vq = quantize_operand(v, spec.cu_seqlens_k, block, False, True, plan.cu_kt, work=k_work, fmt=fmt,
+                              key_records=True)
+    elif route.all4:  # K and V also with per-key scales, for the diagonal tiles
         qq, kq = quantize_fp4_pair(q, k, spec.cu_seqlens_q, spec.cu_seqlens_k, rotate, plan.cu_qt, plan.cu_kt,
                                    plan.work("q_operand"), k_work)
         vq = quantize_fp4_operand(v, spec.cu_seqlens_k, False, True, plan.cu_kt, k_work, key_records=True)
@@ -120,30 +165,39 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                transposed=not route.rows)
         vq = quantize_operand(v, spec.cu_seqlens_k, block, False, True, plan.cu_kt, work=k_work, key_exps=kq.exps,
                               fmt=fmt)
+    if qq is not None:
+        q_codes, k_codes = qq.codes, kq.codes
     key_rec = vq.key_rec  # read by the forward and the backward's dQ
     pv = prefix_v_exponent(vq.exps, spec.cu_seqlens_q, spec.cu_seqlens_k, q.shape[0], spec.causal,
                            spec.window_size, block)
+    q_exps, k_exps = (None, None) if qq is None else (qq.exps, kq.exps)
     out, lse, m, ro = attention_forward(
-        qq.codes, qq.exps, kq.codes, kq.exps, vq.codes_t, vq.exps, pv, spec.cu_seqlens_q, spec.cu_seqlens_k,
+        q_codes, q_exps, k_codes, k_exps, vq.codes_t, vq.exps, pv, spec.cu_seqlens_q, spec.cu_seqlens_k,
         vq.cu_seqlens_t, causal=spec.causal, window_size=spec.window_size,
         softmax_scale=spec.softmax_scale, tau=recipe.tau, sigma=recipe.sigma, scale_block=block, tiles=tiles,
         key_rec=key_rec, work=plan.work("fwd"), p4=p4_mode(recipe, forward=True), row_sum=row_sum_mode(recipe),
         diag_block_m=recipe.fwd_diag_block_m, approx_exp=recipe.fwd_approx_exp,
         v_codes_t_diag=vq.codes_t_diag if route.all4 else None, out_dtype=q.dtype)
-    res = Residuals(qq.codes, qq.codes_t, qq.exps, kq.codes, kq.codes_t, kq.exps, vq.codes, vq.exps,
-                    plan.cu_qt, plan.cu_kt, key_rec, m, ro, pv, plan.buffer,
-                    kq.codes_t_diag if route.all4 else None)
+    if qq is None:
+        res = Residuals(q_codes, None, None, k_codes, None, None, vq.codes, vq.exps, plan.cu_qt, plan.cu_kt, key_rec,
+                        m, ro, pv, plan.buffer)
+    else:
+        res = Residuals(qq.codes, qq.codes_t, qq.exps, kq.codes, kq.codes_t, kq.exps, vq.codes, vq.exps,
+                        plan.cu_qt, plan.cu_kt, key_rec, m, ro, pv, plan.buffer,
+                        kq.codes_t_diag if route.all4 else None)
     return out, lse, res
 
 
 def backward(dout: torch.Tensor, out: torch.Tensor, res: Residuals,
              spec: AttnSpec) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq [Tq, Hq, D], dk, dv [Tk, Hkv, D] in dout's dtype from dO and the forward's out
-    (the inputs' dtype) and residuals."""
+    (the inputs' dtype) and residuals (``split_saved``'s, with Q's and K's codes)."""
     recipe, route = spec.recipe, route_for(spec.recipe)
     fmt = route.codes
     tiles = tiles_for(out.shape[-1], route)
     num_docs = spec.cu_seqlens_q.shape[0] - 1
+    # Q's and K's codes may be the inputs themselves, which the kernels read by TMA
+    res = res._replace(q_codes=_tma_ready(res.q_codes), k_codes=_tma_ready(res.k_codes))
     plan = plan_layout(out.shape[0], res.k_codes.shape[0], num_docs, tiles)
     # The dO launch also writes the query records that both backward kernels read.
     records = dict(work=plan.view(res.work, "grad_out"), q_exps=res.q_exps, pv=res.pv, m=res.m, sigma=recipe.sigma)
@@ -190,7 +244,8 @@ def _inputs(spec: AttnSpec, *tensors: torch.Tensor) -> list:
 def forward_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   spec: AttnSpec) -> tuple[torch.Tensor, torch.Tensor, list, "replay.Program | None"]:
     """``forward`` for eager autograd: (out, lse, the tensors to save, the program that made
-    them or None). With a program the saved tensors are its workspace alone."""
+    them or None). With a program the saved tensors are its workspace, then Q and K where they
+    are their own codes (``saved_for_backward``)."""
     inputs = _inputs(spec, q, k, v)
     program = key = None
     # a program replays its recorded launch arguments, and a stochastic G's seed changes per call
@@ -204,23 +259,24 @@ def forward_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         with replay.record(enabled=program is ...) as (launches, ops):
             out, lse, res = forward(q, k, v, spec)
         if program is ...:
-            _programs.put(key, replay.Program.try_build(launches, ops, inputs, [out, lse], res.tensors()))
-        return out, lse, res.tensors(), None
+            _programs.put(key, replay.Program.try_build(launches, ops, inputs, [out, lse],
+                                                        residual_tensors(res, spec, q.dtype)))
+        return out, lse, saved_for_backward(res, q, k, spec), None
     (out, lse), workspace = program(inputs, q.device)
-    return out, lse, [workspace], program
+    return out, lse, [workspace] + ([q, k] if inputs_are_codes(spec, q.dtype) else []), program
 
 
 def backward_eager(dout: torch.Tensor, out: torch.Tensor, saved: list, spec: AttnSpec,
                    program: "replay.Program | None") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``backward`` for eager autograd, from ``forward_eager``'s saved tensors and program."""
     if program is None:
-        return backward(dout, out, Residuals.from_tensors(saved, spec), spec)
-    workspace = saved[0]
-    inputs = _inputs(spec, dout, out, workspace)
+        return backward(dout, out, split_saved(saved, spec, out.dtype), spec)
+    workspace, *own_inputs = saved  # Q and K where they are their own codes
+    inputs = _inputs(spec, dout, out, workspace, *own_inputs)
     key = (dout.shape, dout.dtype, dout.stride(), out.dtype, out.stride(), _device())
-    grads = program.backward.get(key) if replay.available() and _aligned(dout, out) else None
+    grads = program.backward.get(key) if replay.available() and _aligned(dout, out, *own_inputs) else None
     if grads is None or grads is ...:
-        res = Residuals.from_tensors(program.views(workspace), spec)
+        res = split_saved(program.views(workspace) + own_inputs, spec, out.dtype)
         with replay.record(enabled=grads is ...) as (launches, ops):
             dq, dk, dv = backward(dout, out, res, spec)
         if grads is ...:

@@ -182,8 +182,8 @@ def _quantize_unit(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_
     tl.store(p_exps + o_t * H + h, b_e.to(tl.int8), mask=m_t)
     if KEY_REC:
         # records.key_records of K's stored exponents and these (as stored, int8); the
-        # all-4-bit route's K stores zeros
-        if FP4:
+        # all-4-bit route's K stores zeros, and the bf16 route's own bf16 K has none (None)
+        if FP4 or p_key_exps is None:
             e_k = tl.zeros([UNIT], tl.int32)
         else:
             e_k = tl.load(p_key_exps + o_t * H + h, mask=m_t, other=0).to(tl.int32)
@@ -411,7 +411,8 @@ def _check_options(x: torch.Tensor, block: int, hadamard: bool, fmt: OperandForm
 def quantize_operand(x: torch.Tensor, cu_seqlens: torch.Tensor, block: int = 32,
                      hadamard: bool = False, transposed: bool = True,
                      cu_seqlens_t: torch.Tensor | None = None, work: torch.Tensor | None = None,
-                     key_exps: torch.Tensor | None = None, fmt: OperandFormat = E4M3) -> KernelOperand:
+                     key_exps: torch.Tensor | None = None, fmt: OperandFormat = E4M3,
+                     key_records: bool = False) -> KernelOperand:
     """Q, K or V -> token-block E4M3 (``fmt=BF16``: bf16 values, exponents 0) in one launch.
     x: [T, H, D] bf16/fp16/fp32, contiguous;
     cu_seqlens: int32 [num_docs + 1] on x's device; block: tokens per scale block (32, or 1
@@ -421,13 +422,17 @@ def quantize_operand(x: torch.Tensor, cu_seqlens: torch.Tensor, block: int = 32,
     earlier launch over the same cu_seqlens (Q's serves K and V in self-attention), else
     built here; key_exps: K's exponents [T, H] int8 when x is V: the launch also writes the
     key records (``KernelOperand.key_rec``), saving their own launch; fmt: the codes' format
-    (the BF16 format has no rotated launch)."""
+    (the BF16 format has no rotated launch); key_records: the key records without key_exps, for
+    K codes that carry no exponents (BF16: eK = 0)."""
     _check_options(x, block, hadamard, fmt)
     total, heads, _ = x.shape
     side = _Side.allocate(x, cu_seqlens, transposed, cu_seqlens_t, work, fmt, fmt.torch_dtype)
     key_rec = None
     if key_exps is not None:
         check_operand("key_exps", key_exps, torch.int8, (total, heads))
+    elif key_records and fmt != BF16:
+        raise ValueError(f"key_exps: the key records of {fmt.name} codes need K's exponents, got None")
+    if key_exps is not None or key_records:
         key_rec = torch.empty((heads, total), dtype=torch.int32, device=x.device)
     if total:
         _launch_operands([side], block, hadamard, transposed, fmt, key_exps=key_exps, key_rec=key_rec)
@@ -496,7 +501,8 @@ def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu
     work: the launch's ``tile_list`` (units of ``step`` tokens, every document with a unit 0)
     if the caller has it, else built here. q_exps [T, H] int8, pv [T, Hkv] int32, m [H, T]
     fp32 and sigma: also write the backward's query records (``records.query_records``,
-    ``KernelGradOutput.records``), saving their own launch. fmt: the codes' format (BF16:
+    ``KernelGradOutput.records``), saving their own launch; q_exps None with the BF16 format:
+    Q's codes carry no exponents (eQ = 0). fmt: the codes' format (BF16:
     dO^ = bf16(dO), dOt^ = bf16(dO ro), exponents 0). fp4: the all-4-bit route's values
     (fmt BF16, ``quantize_fp4.quantize_fp4_grad_output``). transposed: also write dOt^ (else
     ``dot_codes_t`` is None; its exponents are written either way). own_codes: do is bf16 and
@@ -526,15 +532,19 @@ def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu
     dot_exps = torch.empty((total, heads), dtype=torch.int8, device=dev)
     delta = torch.empty((heads, total), dtype=torch.float32, device=dev)
     records, heads_kv = None, 1
-    if q_exps is not None:
-        heads_kv = pv.shape[1] if pv.dim() == 2 else 0
+    if m is not None:
+        heads_kv = pv.shape[1] if pv is not None and pv.dim() == 2 else 0
         if heads_kv == 0 or heads % heads_kv:
-            raise ValueError(f"pv: expected [{total}, Hkv] with {heads} a multiple of Hkv, got {tuple(pv.shape)}")
+            raise ValueError(f"pv: expected [{total}, Hkv] with {heads} a multiple of Hkv, got "
+                             f"{None if pv is None else tuple(pv.shape)}")
+        if q_exps is None and fmt != BF16:
+            raise ValueError(f"q_exps: the records of {fmt.name} codes need Q's exponents, got None")
         check_sigma(sigma)
         for name, x, dtype, shape in (("q_exps", q_exps, torch.int8, (total, heads)),
                                       ("pv", pv, torch.int32, (total, heads_kv)),
                                       ("m", m, torch.float32, (heads, total))):
-            check_operand(name, x, dtype, shape)
+            if x is not None or name != "q_exps":
+                check_operand(name, x, dtype, shape)
         records = torch.empty((heads, total, 4), dtype=torch.int32, device=dev)
     if total:
         grid, args = _units(cu_seqlens, total, step, heads, work)

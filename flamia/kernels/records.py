@@ -88,8 +88,12 @@ def store_query_records(p_rec, p_qe, p_pv, p_m, t, m_t, h, total, heads_q, heads
                         GROUP: tl.constexpr, SIGMA: tl.constexpr):
     """Store ``query_records``' records of rows t [N] int64 (where m_t) of query head h (int64)
     from their ro, dO exponents e_do (int32, as stored) and delta [N] and the records' other
-    inputs in memory (q_exps p_qe, pv p_pv, m p_m; GROUP query heads per KV head)."""
-    e_q = tl.load(p_qe + t * heads_q + h, mask=m_t, other=0).to(tl.int32)
+    inputs in memory (q_exps p_qe, pv p_pv, m p_m; GROUP query heads per KV head). p_qe None:
+    Q's codes carry no exponents (the bf16 route's own bf16 Q), eQ = 0."""
+    if p_qe is None:
+        e_q = (t * 0).to(tl.int32)
+    else:
+        e_q = tl.load(p_qe + t * heads_q + h, mask=m_t, other=0).to(tl.int32)
     pv = tl.load(p_pv + t * heads_kv + h // GROUP, mask=m_t, other=0)
     o_h = h * total + t  # [N] the row in [Hq, Tq] order
     o_r = o_h * 4
