@@ -154,20 +154,20 @@ def fp4_grad_output_kernel(p_do, p_o, p_ro, p_do_codes, p_do_exps, p_dot_t, p_do
         return
     o_x, m_x = packed_rows(t0, end, h, H, STEP, D, ROWS)  # [STEP, D]
     b_do = gl.load(p_do + o_x, mask=m_x, other=0.0).to(gl.float32)  # [STEP, D]
+    o_t = t0 + gl.arange(0, STEP, layout=gl.SliceLayout(1, ROWS))  # [STEP] packed rows
+    m_t = o_t < end
+    b_ro = gl.load(p_ro + h * T + o_t, mask=m_t, other=0.0)  # [STEP]
+    # dOt^: 16-token groups of dO ro
+    _store_token_groups(p_dot_t, None, b_do * b_ro[:, None], None, cu_seqlens_t, doc, length, unit, h, T_t, D, T_ALIGN,
+                        COLS)
     b_codes = _nvfp4_values(b_do, abs_max(b_do, 1), ROWS)
     gl.store(p_do_codes + o_x, b_codes.to(gl.bfloat16), mask=m_x)
     # D from the same quantized dO that dP uses (its exponents are 0)
     b_delta = gl.sum(b_codes * gl.load(p_o + o_x, mask=m_x, other=0.0).to(gl.float32), axis=1)  # [STEP]
-    o_t = t0 + gl.arange(0, STEP, layout=gl.SliceLayout(1, ROWS))  # [STEP] packed rows
-    m_t = o_t < end
-    b_ro = gl.load(p_ro + h * T + o_t, mask=m_t, other=0.0)  # [STEP]
     b_zero = gl.full([STEP], 0, gl.int8, layout=gl.SliceLayout(1, ROWS))
     gl.store(p_do_exps + o_t * H + h, b_zero, mask=m_t)
     gl.store(p_dot_exps + o_t * H + h, b_zero, mask=m_t)
     gl.store(p_delta + h * T + o_t, b_delta, mask=m_t)
-    # dOt^: 16-token groups of dO ro
-    _store_token_groups(p_dot_t, None, b_do * b_ro[:, None], None, cu_seqlens_t, doc, length, unit, h, T_t, D, T_ALIGN,
-                        COLS)
     if RECORDS:
         store_query_records(p_rec, p_qe, p_pv, p_m, o_t, m_t, h, T, H, heads_kv, b_ro, b_zero.to(gl.int32),
                             b_delta, GROUP, SIGMA)
