@@ -64,10 +64,12 @@ def copy_ms(nbytes: int, device) -> float:
 
 
 def launches_of(case, recipe: str) -> dict:
-    """name -> a function that issues that launch (kernels/ops.py's calls), after checking the
-    Q/K launch once against a plain launch of each operand."""
+    """name -> a function that issues that launch as kernels/ops.py's training call does, after
+    checking the Q/K launch once against a plain launch of each operand. The bf16 route on bf16
+    inputs has no Q/K launch and no dO^ to write (``ops.inputs_are_codes``; dO's own codes)."""
     i = case.inputs
     rec, route = RECIPES[recipe], ROUTES[recipe]
+    own = route.rows and i.q.dtype == torch.bfloat16
     d = i.q.shape[-1]
     rotate, block = rec.use_hadamard(d), rec.scale_block
     tiles = tiles_for(d, route)
@@ -81,6 +83,8 @@ def launches_of(case, recipe: str) -> dict:
         for got, x, diagonal in ((qq, i.q, False), (kq, i.k, True)):
             plain = quantize_fp4_operand(x, i.cu_seqlens, rotate, diagonal, plan.cu_qt, work)
             assert torch.equal(got.codes, plain.codes) and torch.equal(got.codes_t, plain.codes_t)
+    elif own:
+        pair = None
     else:
         def pair():
             return quantize_pair(i.q, i.k, i.cu_seqlens, i.cu_seqlens, block, rotate, plan.cu_qt, plan.cu_kt, work,
@@ -95,7 +99,8 @@ def launches_of(case, recipe: str) -> dict:
                 assert torch.equal(got.codes_t.view(torch.uint8), plain.codes_t.view(torch.uint8))
     heads, total = i.q.shape[1], i.q.shape[0]
     ro = torch.rand(heads, total, device=i.q.device)
-    records = dict(q_exps=qq.exps, pv=torch.zeros(total, i.k.shape[1], dtype=torch.int32, device=i.q.device),
+    records = dict(q_exps=None if own else qq.exps,
+                   pv=torch.zeros(total, i.k.shape[1], dtype=torch.int32, device=i.q.device),
                    m=torch.zeros(heads, total, device=i.q.device), sigma=rec.sigma)
     grad_out = plan.work("grad_out")
     if route.all4:
@@ -103,11 +108,12 @@ def launches_of(case, recipe: str) -> dict:
         do = lambda: quantize_fp4_grad_output(i.do, i.q, ro, i.cu_seqlens, tiles.bwd_block_m, plan.cu_qt, grad_out,
                                               **records)
     else:
-        v = lambda: quantize_operand(i.v, i.cu_seqlens, block, False, True, plan.cu_kt, work, key_exps=kq.exps,
-                                     fmt=route.codes)
+        keys = dict(key_records=True) if own else dict(key_exps=kq.exps)
+        v = lambda: quantize_operand(i.v, i.cu_seqlens, block, False, True, plan.cu_kt, work, fmt=route.codes, **keys)
         do = lambda: quantize_grad_output(i.do, i.q, ro, i.cu_seqlens, block, tiles.bwd_block_m, plan.cu_qt, grad_out,
-                                          fmt=route.codes, transposed=not route.rows, **records)
-    return {"q+k": pair, "v": v, "do": do}
+                                          fmt=route.codes, transposed=not route.rows,
+                                          own_codes=own and i.do.data_ptr() % 16 == 0, **records)
+    return {name: fn for name, fn in (("q+k", pair), ("v", v), ("do", do)) if fn is not None}
 
 
 def main(argv=None) -> int:
