@@ -30,6 +30,7 @@ from flamia.bench.timing import capture_graph, cuda_clock  # noqa: E402
 from flamia.bench.workloads import WORKLOADS, make_case  # noqa: E402
 from flamia.kernels import replay  # noqa: E402
 from flamia.kernels.configs import ROUTES, tiles_for  # noqa: E402
+from flamia.kernels.ops import grad_output_is_codes, inputs_are_codes  # noqa: E402
 from flamia.kernels.plan import build_plan  # noqa: E402
 from flamia.kernels.quantize import quantize_grad_output, quantize_operand, quantize_pair  # noqa: E402
 from flamia.kernels.quantize_fp4 import (quantize_fp4_grad_output, quantize_fp4_operand,  # noqa: E402
@@ -66,10 +67,10 @@ def copy_ms(nbytes: int, device) -> float:
 def launches_of(case, recipe: str) -> dict:
     """name -> a function that issues that launch as kernels/ops.py's training call does, after
     checking the Q/K launch once against a plain launch of each operand. The bf16 route on bf16
-    inputs has no Q/K launch and no dO^ to write (``ops.inputs_are_codes``; dO's own codes)."""
+    inputs has no Q/K launch and no dO^ to write (``ops.inputs_are_codes``, ``ops.grad_output_is_codes``)."""
     i = case.inputs
     rec, route = RECIPES[recipe], ROUTES[recipe]
-    own = route.rows and i.q.dtype == torch.bfloat16
+    own = inputs_are_codes(rec, i.q.dtype)
     d = i.q.shape[-1]
     rotate, block = rec.use_hadamard(d), rec.scale_block
     tiles = tiles_for(d, route)
@@ -112,7 +113,7 @@ def launches_of(case, recipe: str) -> dict:
         v = lambda: quantize_operand(i.v, i.cu_seqlens, block, False, True, plan.cu_kt, work, fmt=route.codes, **keys)
         do = lambda: quantize_grad_output(i.do, i.q, ro, i.cu_seqlens, block, tiles.bwd_block_m, plan.cu_qt, grad_out,
                                           fmt=route.codes, transposed=not route.rows,
-                                          own_codes=own and i.do.data_ptr() % 16 == 0, **records)
+                                          own_codes=grad_output_is_codes(rec, i.do), **records)
     return {name: fn for name, fn in (("q+k", pair), ("v", v), ("do", do)) if fn is not None}
 
 

@@ -139,8 +139,8 @@ def _setup_context(ctx, inputs, output):
     ctx.call = inputs[3:]
     q, k, backend = inputs[0], inputs[1], inputs[12]
     # Q and K where the triton backend's residuals leave them out (their own codes)
-    own = backend == "triton" and _kernel_ops().inputs_are_codes(_spec(*inputs[3:12]), q.dtype)
-    ctx.save_for_backward(out, *saved, *([q, k] if own else []))
+    own = _kernel_ops().own_inputs(q, k, _spec(*inputs[3:12])) if backend == "triton" else []
+    ctx.save_for_backward(out, *saved, *own)
     ctx.mark_non_differentiable(lse, *saved)
     ctx.set_materialize_grads(False)  # no zero gradients for lse and the residuals
 

@@ -52,7 +52,7 @@ def test_interpreted_training_call_equals_emulator(recipe, head_dim, causal, win
     with replay.record() as (backward, _):
         got = (out, *kernel_ops.backward(inputs.do, out, res, spec))
     # plan, Q and K, V, PV, forward; dO, dK/dV, dQ (bf16 Q and K are the bf16 route's own codes: no Q and K)
-    assert (len(forward), len(backward)) == (4 if kernel_ops.inputs_are_codes(spec, dtype) else 5, 3)
+    assert (len(forward), len(backward)) == (4 if kernel_ops.inputs_are_codes(spec.recipe, dtype) else 5, 3)
     q, k, v = (x.detach().clone().requires_grad_() for x in (inputs.q, inputs.k, inputs.v))
     want_out = flamia.flash_attn_varlen_func(q, k, v, cu, cu, n, n, causal=causal, softmax_scale=scale,
                                              window_size=window, recipe=recipe, backend="reference", seed=5)

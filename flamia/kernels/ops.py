@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 import torch
 
+from ..recipes import Recipe
 from ..spec import AttnSpec
 from .attn_bwd import attention_backward
 from .attn_fwd import attention_forward
@@ -66,18 +67,30 @@ class Residuals(NamedTuple):
         fields its route leaves None put back."""
         route = route_for(spec.recipe)
         absent = {"q_codes_t", "k_codes_t"} if route.rows else set()
-        absent |= {"q_codes", "q_exps", "k_codes", "k_exps"} if inputs_are_codes(spec, dtype) else set()
+        absent |= {"q_codes", "q_exps", "k_codes", "k_exps"} if inputs_are_codes(spec.recipe, dtype) else set()
         absent |= set() if route.all4 else {"k_codes_t_diag"}
         given = iter(tensors)
         return cls(*(None if name in absent else next(given) for name in cls._fields))
 
 
-def inputs_are_codes(spec: AttnSpec, dtype: torch.dtype) -> bool:
-    """Whether Q and K of ``dtype`` are their own codes: the bf16 route's BF16 codes of bf16
-    values are the values' bits with exponents 0, so no launch writes them, the kernels read
-    the inputs, and the residuals leave Q^, K^ and their exponents out (the caller keeps Q and
-    K for the backward)."""
-    return route_for(spec.recipe).rows and dtype == torch.bfloat16
+def inputs_are_codes(recipe: Recipe, dtype: torch.dtype) -> bool:
+    """Whether Q and K of ``dtype`` are their own codes under ``recipe``: the bf16 route's BF16
+    codes of bf16 values are the values' bits with exponents 0, so no launch writes them, the
+    kernels read the inputs, and the residuals leave Q^, K^ and their exponents out (the
+    caller keeps Q and K for the backward: ``own_inputs``)."""
+    return route_for(recipe).rows and dtype == torch.bfloat16
+
+
+def own_inputs(q: torch.Tensor, k: torch.Tensor, spec: AttnSpec) -> list[torch.Tensor]:
+    """[q, k] where they are their own codes (``inputs_are_codes``), else []: what autograd
+    keeps beside the residuals."""
+    return [q, k] if inputs_are_codes(spec.recipe, q.dtype) else []
+
+
+def grad_output_is_codes(recipe: Recipe, do: torch.Tensor) -> bool:
+    """Whether dO is its own dO^ (``quantize_grad_output``'s own_codes): bf16 on the bf16 route,
+    where TMA can read it (16-byte aligned)."""
+    return route_for(recipe).rows and do.dtype == torch.bfloat16 and do.data_ptr() % 16 == 0
 
 
 def _tma_ready(x: torch.Tensor) -> torch.Tensor:
@@ -89,7 +102,7 @@ def residual_tensors(res: Residuals, spec: AttnSpec, dtype: torch.dtype) -> list
     """The tensors the forward made for the backward (a custom op's third output, a replayed
     call's workspace): ``res.tensors()`` without Q's and K's codes where those are the inputs
     of ``dtype`` themselves (``inputs_are_codes``)."""
-    if inputs_are_codes(spec, dtype):
+    if inputs_are_codes(spec.recipe, dtype):
         res = res._replace(q_codes=None, k_codes=None)
     return res.tensors()
 
@@ -97,13 +110,13 @@ def residual_tensors(res: Residuals, spec: AttnSpec, dtype: torch.dtype) -> list
 def saved_for_backward(res: Residuals, q: torch.Tensor, k: torch.Tensor, spec: AttnSpec) -> list[torch.Tensor]:
     """What autograd keeps for the backward: ``residual_tensors``, then Q and K where they are
     their own codes (``split_saved`` inverts it)."""
-    return residual_tensors(res, spec, q.dtype) + ([q, k] if inputs_are_codes(spec, q.dtype) else [])
+    return residual_tensors(res, spec, q.dtype) + own_inputs(q, k, spec)
 
 
 def split_saved(saved: list[torch.Tensor], spec: AttnSpec, dtype: torch.dtype) -> Residuals:
     """``saved_for_backward``'s list (``dtype``: the inputs') back as the backward's Residuals,
     Q's and K's codes the inputs themselves where they are their own."""
-    if not inputs_are_codes(spec, dtype):
+    if not inputs_are_codes(spec.recipe, dtype):
         return Residuals.from_tensors(saved, spec, dtype)
     *rest, q, k = saved
     return Residuals.from_tensors(rest, spec, dtype)._replace(q_codes=q.contiguous(), k_codes=k.contiguous())
@@ -123,7 +136,7 @@ def empty_residuals(q: torch.Tensor, k: torch.Tensor, spec: AttnSpec) -> Residua
         return q.new_empty(shape, dtype=dtype)
 
     q_t, k_t = (None, None) if route.rows else (new((hq, d, tq_t), codes), new((hkv, d, tk_t), codes))
-    own = inputs_are_codes(spec, q.dtype)
+    own = inputs_are_codes(spec.recipe, q.dtype)
     return Residuals(None if own else new((tq, hq, d), scores), q_t, None if own else new((tq, hq), i8),
                      None if own else new((tk, hkv, d), scores), k_t, None if own else new((tk, hkv), i8),
                      new((tk, hkv, d), codes), new((tk, hkv), i8),
@@ -150,9 +163,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     # scores' (``Route.score_codes``).
     plan = build_plan(spec.cu_seqlens_q, spec.cu_seqlens_k, q.shape[0], k.shape[0], tiles)
     k_work = plan.work("k_operand")
-    if inputs_are_codes(spec, q.dtype):  # Q and K read as they are: no Q/K launch
+    if inputs_are_codes(recipe, q.dtype):  # Q and K read as they are: no Q/K launch
         qq = kq = None
-        q_codes, k_codes = _tma_ready(q), _tma_ready(k)
         vq = quantize_operand(v, spec.cu_seqlens_k, block, False, True, plan.cu_kt, work=k_work, fmt=fmt,
                               key_records=True)
     elif route.all4:  # K and V also with per-key scales, for the diagonal tiles
@@ -165,26 +177,21 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                transposed=not route.rows)
         vq = quantize_operand(v, spec.cu_seqlens_k, block, False, True, plan.cu_kt, work=k_work, key_exps=kq.exps,
                               fmt=fmt)
-    if qq is not None:
-        q_codes, k_codes = qq.codes, kq.codes
+    # (codes, transposed codes, exponents) of Q and of K, as Residuals holds them
+    q_side = (_tma_ready(q), None, None) if qq is None else (qq.codes, qq.codes_t, qq.exps)
+    k_side = (_tma_ready(k), None, None) if kq is None else (kq.codes, kq.codes_t, kq.exps)
     key_rec = vq.key_rec  # read by the forward and the backward's dQ
     pv = prefix_v_exponent(vq.exps, spec.cu_seqlens_q, spec.cu_seqlens_k, q.shape[0], spec.causal,
                            spec.window_size, block)
-    q_exps, k_exps = (None, None) if qq is None else (qq.exps, kq.exps)
     out, lse, m, ro = attention_forward(
-        q_codes, q_exps, k_codes, k_exps, vq.codes_t, vq.exps, pv, spec.cu_seqlens_q, spec.cu_seqlens_k,
+        q_side[0], q_side[2], k_side[0], k_side[2], vq.codes_t, vq.exps, pv, spec.cu_seqlens_q, spec.cu_seqlens_k,
         vq.cu_seqlens_t, causal=spec.causal, window_size=spec.window_size,
         softmax_scale=spec.softmax_scale, tau=recipe.tau, sigma=recipe.sigma, scale_block=block, tiles=tiles,
         key_rec=key_rec, work=plan.work("fwd"), p4=p4_mode(recipe, forward=True), row_sum=row_sum_mode(recipe),
         diag_block_m=recipe.fwd_diag_block_m, approx_exp=recipe.fwd_approx_exp,
         v_codes_t_diag=vq.codes_t_diag if route.all4 else None, out_dtype=q.dtype)
-    if qq is None:
-        res = Residuals(q_codes, None, None, k_codes, None, None, vq.codes, vq.exps, plan.cu_qt, plan.cu_kt, key_rec,
-                        m, ro, pv, plan.buffer)
-    else:
-        res = Residuals(qq.codes, qq.codes_t, qq.exps, kq.codes, kq.codes_t, kq.exps, vq.codes, vq.exps,
-                        plan.cu_qt, plan.cu_kt, key_rec, m, ro, pv, plan.buffer,
-                        kq.codes_t_diag if route.all4 else None)
+    res = Residuals(*q_side, *k_side, vq.codes, vq.exps, plan.cu_qt, plan.cu_kt, key_rec, m, ro, pv, plan.buffer,
+                    kq.codes_t_diag if route.all4 else None)
     return out, lse, res
 
 
@@ -206,12 +213,9 @@ def backward(dout: torch.Tensor, out: torch.Tensor, res: Residuals,
                                       tiles.bwd_block_m, res.cu_qt, **records)
     else:
         do = dout.contiguous()
-        # The bf16 route's codes of a bf16 dO are dO's own bits, which the kernels can read
-        # where TMA can (16-byte aligned): then the launch writes none.
-        own = route.rows and do.dtype == torch.bfloat16 and do.data_ptr() % 16 == 0
         go = quantize_grad_output(do, out.contiguous(), res.ro, spec.cu_seqlens_q, recipe.scale_block,
-                                  tiles.bwd_block_m, res.cu_qt, fmt=fmt, transposed=not route.rows, own_codes=own,
-                                  **records)
+                                  tiles.bwd_block_m, res.cu_qt, fmt=fmt, transposed=not route.rows,
+                                  own_codes=grad_output_is_codes(recipe, do), **records)
     return attention_backward(
         res.q_codes, res.q_codes_t, res.q_exps, res.k_codes, res.k_codes_t, res.k_exps, res.v_codes, res.v_exps,
         go.do_codes, go.do_exps, go.dot_codes_t, go.dot_exps, go.delta, res.m, res.ro, res.pv,
@@ -263,7 +267,7 @@ def forward_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                                         residual_tensors(res, spec, q.dtype)))
         return out, lse, saved_for_backward(res, q, k, spec), None
     (out, lse), workspace = program(inputs, q.device)
-    return out, lse, [workspace] + ([q, k] if inputs_are_codes(spec, q.dtype) else []), program
+    return out, lse, [workspace, *own_inputs(q, k, spec)], program
 
 
 def backward_eager(dout: torch.Tensor, out: torch.Tensor, saved: list, spec: AttnSpec,
