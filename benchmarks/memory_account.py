@@ -17,7 +17,6 @@ rounding, 2 MB at most per block. Writes results.json, results.md and results.pn
 (default benchmarks/results/<date>-cpu-memory).
 """
 import argparse
-import contextlib
 import datetime
 import json
 import os
@@ -26,7 +25,7 @@ import traceback
 import weakref
 from pathlib import Path
 
-os.environ["TRITON_INTERPRET"] = "1"  # kernels that take CPU tensors (never run: skipped_launches)
+os.environ["TRITON_INTERPRET"] = "1"  # kernels that take CPU tensors (never run: gpu_launch_path)
 
 import torch  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
@@ -35,31 +34,11 @@ from torch.utils._pytree import tree_flatten  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's flamia
 
 from flamia.bench.environment import versions  # noqa: E402
+from sass_offline import gpu_launch_path  # noqa: E402
 from flamia.bench.workloads import WORKLOADS, make_case  # noqa: E402
 
 _LISTED = 1 << 20  # storages below 1 MiB are summed as "smaller"
 _ROOT = str(Path(__file__).resolve().parents[1] / "flamia")
-
-
-@contextlib.contextmanager
-def skipped_launches():
-    """Inside, every Triton and Gluon launch returns at once, and the launchers take their GPU
-    branches (Gluon kernels, TMA descriptors) as benchmarks/sass_offline.py's capture does."""
-    from triton.experimental.gluon._runtime import GluonJITFunction
-    from triton.runtime.interpreter import InterpretedFunction
-
-    from flamia.kernels import attn_bwd, attn_fwd, quantize
-
-    patched = [(InterpretedFunction, "run"), (GluonJITFunction, "run"), (quantize, "interpreting"),
-               (attn_fwd, "interpreting"), (attn_bwd, "interpreting")]
-    saved = [getattr(owner, name) for owner, name in patched]
-    InterpretedFunction.run = GluonJITFunction.run = lambda self, *args, **kwargs: None
-    quantize.interpreting = attn_fwd.interpreting = attn_bwd.interpreting = lambda: False
-    try:
-        yield
-    finally:
-        for (owner, name), value in zip(patched, saved):
-            setattr(owner, name, value)
 
 
 def _origin() -> str:
@@ -111,7 +90,7 @@ def account(workload: str, recipe: str) -> dict:
     i = make_case(WORKLOADS[workload], "cpu").inputs
     spec = AttnSpec(i.cu_seqlens, i.cu_seqlens, i.max_seqlen, i.max_seqlen, True, i.q.shape[-1] ** -0.5, (-1, -1),
                     resolve_recipe(recipe))
-    with skipped_launches(), LiveStorages() as mode:
+    with gpu_launch_path(lambda kernel, *args, **kwargs: None), LiveStorages() as mode:
         q, k, v = (x.detach().clone().requires_grad_() for x in (i.q, i.k, i.v))  # as bench.jobs.autograd_job
         for _ in range(2):
             out, _ = ops.attention(q, k, v, spec, "triton")

@@ -20,6 +20,7 @@ DIR first on PYTHONPATH).
 """
 import argparse
 import collections
+import contextlib
 import json
 import os
 import re
@@ -33,6 +34,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 _MMA = ("QGMMA", "HGMMA", "HMMA")
 
 
+@contextlib.contextmanager
+def gpu_launch_path(run):
+    """Inside, every Triton launch (interpreted: TRITON_INTERPRET=1) and every Gluon launch
+    calls ``run(kernel, *args, grid=..., warmup=..., **kwargs)`` instead of running, and the
+    launchers take their GPU branches (Gluon kernels, TMA descriptors), so CPU tensors of a
+    workload's shapes go down the path a GPU call takes."""
+    from triton.experimental.gluon._runtime import GluonJITFunction
+    from triton.runtime.interpreter import InterpretedFunction
+
+    from flamia.kernels import attn_bwd, attn_fwd, quantize
+
+    patched = [(InterpretedFunction, "run"), (GluonJITFunction, "run"), (quantize, "interpreting"),
+               (attn_fwd, "interpreting"), (attn_bwd, "interpreting")]
+    saved = [getattr(owner, name) for owner, name in patched]
+    InterpretedFunction.run = GluonJITFunction.run = run
+    quantize.interpreting = attn_fwd.interpreting = attn_bwd.interpreting = lambda: False
+    try:
+        yield
+    finally:
+        for (owner, name), value in zip(patched, saved):
+            setattr(owner, name, value)
+
+
 def capture(workload: str, recipe: str, backward: bool = True, tiles: dict | None = None,
             options: dict | None = None) -> list[dict]:
     """Every kernel launch of one training call (forward + backward, or the forward alone) on
@@ -43,14 +67,11 @@ def capture(workload: str, recipe: str, backward: bool = True, tiles: dict | Non
     os.environ["TRITON_INTERPRET"] = "1"
     import torch
     import triton.language as tl
-    from triton.experimental.gluon._runtime import GluonJITFunction
     from triton.experimental.gluon.language import _layouts as gl_layouts
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-    from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import mangle_type
 
     from flamia.bench.workloads import WORKLOADS, make_case
-    from flamia.kernels import attn_bwd, attn_fwd, quantize
     from flamia import ops
     from flamia.recipes import resolve_recipe
     from flamia.spec import AttnSpec
@@ -80,10 +101,6 @@ def capture(workload: str, recipe: str, backward: bool = True, tiles: dict | Non
         launches.append({"kernel": self.fn.__name__, "module": self.fn.__module__,
                          "args": [describe(a) for a in args], "kwargs": {k: describe(v) for k, v in kwargs.items()}})
 
-    InterpretedFunction.run = record
-    # The GPU's Gluon launches (Gluon has no interpreter): take the launchers' GPU branches.
-    GluonJITFunction.run = record
-    quantize.interpreting = attn_fwd.interpreting = attn_bwd.interpreting = lambda: False
     i = make_case(WORKLOADS[workload], "cpu").inputs
     recipe = resolve_recipe(recipe).with_(**(options or {}))
     if tiles:
@@ -96,9 +113,11 @@ def capture(workload: str, recipe: str, backward: bool = True, tiles: dict | Non
     q, k, v = (x.detach().clone().requires_grad_() for x in (i.q, i.k, i.v))
     spec = AttnSpec(i.cu_seqlens, i.cu_seqlens, i.max_seqlen, i.max_seqlen, True, q.shape[-1] ** -0.5, (-1, -1),
                     recipe)
-    out, _ = ops.attention(q, k, v, spec, "triton")  # CPU tensors: the launches are recorded, not run
-    if backward:
-        torch.autograd.grad(out, (q, k, v), i.do)
+    # The GPU's Gluon launches too (Gluon has no interpreter): recorded, not run.
+    with gpu_launch_path(record):
+        out, _ = ops.attention(q, k, v, spec, "triton")
+        if backward:
+            torch.autograd.grad(out, (q, k, v), i.do)
     return launches
 
 
