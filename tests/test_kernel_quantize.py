@@ -137,7 +137,6 @@ def test_bf16_launches_without_transposed_codes_write_the_rest():
         assert torch.equal(getattr(got, name), getattr(want, name)), name
 
 
-
 def test_bf16_grad_output_as_its_own_codes():
     """own_codes (the bf16 route's bf16 dO): dO^ is dO itself, and the launch writes the same
     exponents, D and records as the one that writes the codes; other dtypes and formats are refused."""
