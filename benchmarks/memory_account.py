@@ -25,7 +25,11 @@ import traceback
 import weakref
 from pathlib import Path
 
-os.environ["TRITON_INTERPRET"] = "1"  # kernels that take CPU tensors (never run: gpu_launch_path)
+if __name__ == "__main__":
+    # Kernels decorated from here on take CPU tensors (never run: gpu_launch_path). Imported, the
+    # importer sets it (tests/conftest.py without CUDA): set here, it would turn the importing
+    # process's later kernels into interpreted ones.
+    os.environ["TRITON_INTERPRET"] = "1"
 
 import torch  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
@@ -83,6 +87,9 @@ class LiveStorages(TorchDispatchMode):
 def account(workload: str, recipe: str) -> dict:
     """The peak bytes of the bench's memory job for flamia with ``recipe`` on ``workload``,
     and the storages live at that peak, grouped by the line that made them and their dtype."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError("memory_account.account needs TRITON_INTERPRET=1 set before flamia's kernels are "
+                           "imported (its launches take CPU tensors)")
     from flamia import ops
     from flamia.recipes import resolve_recipe
     from flamia.spec import AttnSpec
