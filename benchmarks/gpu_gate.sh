@@ -2,13 +2,15 @@
 # The GPU gate: everything a change to the kernels must pass on a Hopper machine, in one call
 # under ~9 minutes (H200), with a PASS/FAIL summary table at the end.
 #
-#   benchmarks/gpu_gate.sh [--quick] [--triton BUNDLE]   (from anywhere; runs from the repository root)
+#   benchmarks/gpu_gate.sh [--quick] [--only STEP,...] [--triton BUNDLE]   (from anywhere; runs from the
+#                                                                         repository root)
 #
 # Steps, each under its own timeout and all under one budget (GATE_BUDGET_S, default 540 s:
 # a step that the budget no longer fits is not run and counts as failed):
 #   gpu-tests      benchmarks/gpu_tests.py tests/ --ignore=tests/test_peer_attention.py (the gpu
-#                  tests in 6 concurrent pytest processes; GATE_TESTS_S, default 330 s: an H100
-#                  needs more, e.g. GATE_TESTS_S=375 GATE_BUDGET_S=585, about 200 s for the rest)
+#                  tests in GATE_SHARDS concurrent pytest processes, default 6; GATE_TESTS_S,
+#                  default 330 s: an H100 needs more, e.g. GATE_TESTS_S=375 GATE_BUDGET_S=585,
+#                  about 200 s for the rest)
 #   probe          flamia probe --recipe mxfp8           (verdict block-local or exact)
 #   probe-exact    flamia probe --recipe mxfp8 --exact   (verdict exact)
 #   accuracy       flamia accuracy --recipe mxfp8 on 4 x 4096 tokens, 16 heads, d=128, causal
@@ -21,6 +23,8 @@
 #                  backward per kernel family on documents (100, 0, 1, 67, 33), GQA 4/2, d=128
 #                  and 64, causal and a window, mxfp8, mxfp8-exact, nvfp4, nvfp4-exact and fp4;
 #                  PASS needs 0 errors
+# --only STEP,...: run those steps alone (the rest are listed as skipped), e.g. the steps that a
+# call cut short, on the same tree as the call that passed the others.
 # --quick: the gpu tests of test_kernel_ops.py, test_nonfinite.py and test_gpu_properties.py
 # only, one bench workload graphed only, and memcheck only (about 3-4 minutes).
 #
@@ -36,12 +40,14 @@
 # on PYTHONPATH, with the machine's CUDA ptxas (the bundle has none).
 set -uo pipefail
 
-usage() { sed -n '2,36p' "$0" >&2; exit 2; }
+usage() { sed -n '2,40p' "$0" >&2; exit 2; }
 quick=0
 bundle=
+only=
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --quick) quick=1 ;;
+        --only) [[ $# -ge 2 ]] || usage; only=",$2,"; shift ;;
         --triton) [[ $# -ge 2 ]] || usage; bundle=$(realpath "$2"); shift ;;
         -h|--help) usage ;;
         *) echo "gpu_gate.sh: unknown argument '$1'" >&2; usage ;;
@@ -146,6 +152,10 @@ step() {
     local name="$1" kind="$2" limit="$3"
     shift 3
     local n=$(( ${#names[@]} + 1 ))
+    if [[ -n $only && $only != *",$name,"* ]]; then
+        names+=("$name") results+=(SKIP) seconds+=(0) notes+=("not in --only")
+        return
+    fi
     local log
     log=$(printf '%s/%02d-%s.log' "$out" "$n" "$name")
     local left=$(( budget - ($(date +%s) - gate_start) - 5 ))
@@ -207,7 +217,7 @@ tools=(memcheck racecheck synccheck initcheck)
 for tool in "${tools[@]}"; do
     limit=45
     [[ $tool == racecheck ]] && limit=75
-    if [[ -x "$sanitizer" ]]; then
+    if [[ -x "$sanitizer" || ( -n $only && $only != *",$tool,"* ) ]]; then  # step() skips what --only leaves out
         # Without the caching allocator every tensor is its own allocation, so memcheck sees an
         # access past a tensor's end and initcheck a read of memory nothing wrote.
         step "$tool" sanitizer "$limit" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$sanitizer" --tool "$tool" \
@@ -225,6 +235,6 @@ done
     for i in "${!names[@]}"; do
         printf '%-15s %-6s %5ss  %s\n' "${names[$i]}" "${results[$i]}" "${seconds[$i]}" "${notes[$i]}"
     done
-    echo "gate: $([[ $failed == 0 ]] && echo PASS || echo FAIL) in $(( $(date +%s) - gate_start )) s; logs in $out"
+    echo "gate${only:+ (--only ${only:1:-1})}: $([[ $failed == 0 ]] && echo PASS || echo FAIL) in $(( $(date +%s) - gate_start )) s; logs in $out"
 } | tee "$out/summary.txt"
 exit "$failed"

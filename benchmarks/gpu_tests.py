@@ -1,18 +1,20 @@
 """Run the gpu-marked tests in parallel pytest processes on one GPU, for the GPU gate.
 
-    python3 benchmarks/gpu_tests.py [--shards N] [PYTEST_ARGS...]   (default: tests/, 6 shards)
+    python3 benchmarks/gpu_tests.py [--shards N] [PYTEST_ARGS...]   (default: tests/, $GATE_SHARDS or 6 shards)
 
 The ~180 gpu tests spend most of their time in Python (the emulator they compare against,
 compiles, checks), not on the GPU, so one process leaves the GPU idle and the gate's budget
 short. The collected test ids are dealt round-robin into N shards that run concurrently:
 the slow tests sit together in a few files (compiles, property draws, the bench), so whole
 files or contiguous runs leave one shard with most of the time. Compiled kernels are shared
-through Triton's on-disk cache. Each
-shard's output goes to stdout prefixed with its number; the last line sums the counts in
-pytest's words ("N passed, M failed ...") for gpu_gate.sh to read. Exit status 0 when every
-shard passed.
+through Triton's on-disk cache. Each shard's output (pytest -v) goes to stdout line by line
+as it comes, prefixed with its number, so a run that a timeout stops shows where each shard
+was (``timeout`` stops the shards with it: they share its process group). The last line
+sums the counts in pytest's words ("N passed, M failed ...") for gpu_gate.sh to read. Exit
+status 0 when every shard passed.
 """
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -33,15 +35,21 @@ def collect(args: list[str]) -> list[str]:
 
 
 def run_shard(index: int, ids: list[str]) -> tuple[int, str]:
-    proc = subprocess.run(PYTEST + ["-q", "-m", "gpu", "--durations=5", *ids], capture_output=True, text=True)
-    text = proc.stdout + proc.stderr
-    print("".join(f"[{index}] {line}\n" for line in text.splitlines()), end="", flush=True)
-    return proc.returncode, text
+    """One shard's pytest, each line of its output printed as it comes (prefixed with the
+    shard's number), so a run stopped by a timeout still shows how far each shard got."""
+    proc = subprocess.Popen(PYTEST + ["-v", "-m", "gpu", "--durations=5", *ids], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        print(f"[{index}] {line}", end="", flush=True)
+    return proc.wait(), "".join(lines)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--shards", type=int, default=6, help="concurrent pytest processes (default 6)")
+    parser.add_argument("--shards", type=int, default=int(os.environ.get("GATE_SHARDS", 6)),
+                        help="concurrent pytest processes (default: $GATE_SHARDS, else 6)")
     known, rest = parser.parse_known_args()
     if known.shards < 1:
         parser.error(f"--shards must be >= 1, got {known.shards}")
