@@ -97,7 +97,7 @@ if kind == "pytest":
                  + (f", {counts['skipped']} skipped" if counts.get("skipped") else ""))
     if rc == 5:
         notes.append("no test collected")
-    notes += [f"FAILED {m}" for m in re.findall(r"^(?:\[\d+\] )?FAILED (\S+)", text, re.M)[:3]]
+    notes += [f"FAILED {m}" for m in re.findall(r"^(?:\[\d+\] +[\d.]+s )?FAILED (\S+)", text, re.M)[:3]]
 elif kind in ("probe", "probe-exact"):
     verdicts = re.findall(r"^verdict: (.*)$", text, re.M)
     verdict = verdicts[0] if verdicts else "no verdict"

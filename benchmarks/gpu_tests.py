@@ -8,7 +8,7 @@ short. The collected test ids are dealt round-robin into N shards that run concu
 the slow tests sit together in a few files (compiles, property draws, the bench), so whole
 files or contiguous runs leave one shard with most of the time. Compiled kernels are shared
 through Triton's on-disk cache. Each shard's output (pytest -v) goes to stdout line by line
-as it comes, prefixed with its number, so a run that a timeout stops shows where each shard
+as it comes, prefixed with its number and its elapsed seconds, so a run that a timeout stops shows where each shard
 was (``timeout`` stops the shards with it: they share its process group). The last line
 sums the counts in pytest's words ("N passed, M failed ...") for gpu_gate.sh to read. Exit
 status 0 when every shard passed.
@@ -35,14 +35,16 @@ def collect(args: list[str]) -> list[str]:
 
 
 def run_shard(index: int, ids: list[str]) -> tuple[int, str]:
-    """One shard's pytest, each line of its output printed as it comes (prefixed with the
-    shard's number), so a run stopped by a timeout still shows how far each shard got."""
+    """One shard's pytest, each line of its output printed as it comes, prefixed with the
+    shard's number and the seconds since the shard started, so a run stopped by a timeout
+    still shows how far each shard got and which tests took the time."""
+    start = time.perf_counter()
     proc = subprocess.Popen(PYTEST + ["-v", "-m", "gpu", "--durations=5", *ids], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     lines = []
     for line in proc.stdout:
         lines.append(line)
-        print(f"[{index}] {line}", end="", flush=True)
+        print(f"[{index}] {time.perf_counter() - start:6.1f}s {line}", end="", flush=True)
     return proc.wait(), "".join(lines)
 
 
