@@ -146,13 +146,16 @@ PYEOF
 names=() results=() seconds=() notes=()
 failed=0
 
+# left_out NAME: --only names other steps than NAME.
+left_out() { [[ -n $only && $only != *",$1,"* ]]; }
+
 # step NAME KIND TIMEOUT_S COMMAND... : runs COMMAND under min(TIMEOUT_S, what is left of
 # the budget), its output in $out/NN-NAME.log, and records the parsed result.
 step() {
     local name="$1" kind="$2" limit="$3"
     shift 3
     local n=$(( ${#names[@]} + 1 ))
-    if [[ -n $only && $only != *",$name,"* ]]; then
+    if left_out "$name"; then
         names+=("$name") results+=(SKIP) seconds+=(0) notes+=("not in --only")
         return
     fi
@@ -217,7 +220,7 @@ tools=(memcheck racecheck synccheck initcheck)
 for tool in "${tools[@]}"; do
     limit=45
     [[ $tool == racecheck ]] && limit=75
-    if [[ -x "$sanitizer" || ( -n $only && $only != *",$tool,"* ) ]]; then  # step() skips what --only leaves out
+    if [[ -x "$sanitizer" ]] || left_out "$tool"; then  # step() lists what --only leaves out
         # Without the caching allocator every tensor is its own allocation, so memcheck sees an
         # access past a tensor's end and initcheck a read of memory nothing wrote.
         step "$tool" sanitizer "$limit" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$sanitizer" --tool "$tool" \

@@ -8,10 +8,10 @@ short. The collected test ids are dealt round-robin into N shards that run concu
 the slow tests sit together in a few files (compiles, property draws, the bench), so whole
 files or contiguous runs leave one shard with most of the time. Compiled kernels are shared
 through Triton's on-disk cache. Each shard's output (pytest -v) goes to stdout line by line
-as it comes, prefixed with its number and its elapsed seconds, so a run that a timeout stops shows where each shard
-was (``timeout`` stops the shards with it: they share its process group). The last line
-sums the counts in pytest's words ("N passed, M failed ...") for gpu_gate.sh to read. Exit
-status 0 when every shard passed.
+as it comes, prefixed with its number and its elapsed seconds, so a run that a timeout stops
+shows where each shard was (``timeout`` stops the shards with it: they share its process
+group). The last line sums the counts in pytest's words ("N passed, M failed ...") for
+gpu_gate.sh to read. Exit status 0 when every shard passed.
 """
 import argparse
 import os

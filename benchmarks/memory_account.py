@@ -26,9 +26,9 @@ import weakref
 from pathlib import Path
 
 if __name__ == "__main__":
-    # Kernels decorated from here on take CPU tensors (never run: gpu_launch_path). Imported, the
-    # importer sets it (tests/conftest.py without CUDA): set here, it would turn the importing
-    # process's later kernels into interpreted ones.
+    # Kernels decorated from here on take CPU tensors (never run: gpu_launch_path). An importer
+    # sets it itself (tests/conftest.py does without CUDA): set at import, it would make every
+    # kernel that the importing process decorates later an interpreted one.
     os.environ["TRITON_INTERPRET"] = "1"
 
 import torch  # noqa: E402
