@@ -50,7 +50,8 @@ def run_shard(index: int, ids: list[str]) -> tuple[int, str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--shards", type=int, default=int(os.environ.get("GATE_SHARDS", 6)),
+    # a string default goes through type=int, so a bad $GATE_SHARDS is named as --shards' value
+    parser.add_argument("--shards", type=int, default=os.environ.get("GATE_SHARDS", "6"),
                         help="concurrent pytest processes (default: $GATE_SHARDS, else 6)")
     known, rest = parser.parse_known_args()
     if known.shards < 1:
