@@ -360,6 +360,36 @@ def _assert_underflow_signs():
     assert torch.equal(_bits(got.codes.float().cpu()), _bits(want.codes))
 
 
+@pytest.mark.parametrize("hadamard", [False, True])
+def test_score_codes_of_a_non_finite_row(hadamard):
+    """A NaN or an Inf in one head-dim element makes every score code of its row NaN (the
+    emulator refuses such rows: their scales pass 448) and leaves the other rows' bits as
+    the clean input's."""
+    _assert_non_finite_rows(hadamard)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("hadamard", [False, True])
+def test_score_codes_of_a_non_finite_row_on_gpu(hadamard):
+    """The same through the GPU's rotated Q/K launch (Gluon), which writes the score codes of
+    a row piece by piece."""
+    _assert_non_finite_rows(hadamard)
+
+
+def _assert_non_finite_rows(hadamard):
+    cu = _cu_seqlens(LENGTHS)
+    x = _rows(LENGTHS, HEADS, 128, seed=13)
+    bad = x.clone()
+    bad[3, 0, 100] = float("nan")  # in the last 32 head-dim elements, far from the row's first codes
+    bad[50, 1, 7] = float("inf")
+    got, clean = (quantize_pair(t, t, cu, cu, 32, hadamard, scores=True)[0].codes.float() for t in (bad, x))
+    poisoned = torch.zeros(x.shape[:2], dtype=torch.bool, device=DEVICE)
+    poisoned[3, 0] = poisoned[50, 1] = True
+    assert got[poisoned].isnan().all()
+    assert torch.equal(_bits(got[~poisoned]), _bits(clean[~poisoned]))
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("hadamard", [False, True])

@@ -55,24 +55,28 @@ def zero_transposed_padding(p_t, p_diag, cu_seqlens_t, doc, length, num_docs, h,
 
 
 @gluon.jit
-def group_score_codes_in(b_x, b_e, GROUPS: gl.constexpr):
+def group_score_codes_in(b_x, b_e, GROUPS: gl.constexpr, b_flag=None):
     """``fp4.score_codes`` of b_x [U, D] fp32 on the exponents b_e [U] int32, formed in GROUPS,
     a layout of [U, D / 16, 16] whose threads each hold whole 16-element groups, so their
-    maxima need no exchange: [U, D] fp32."""
+    maxima need no exchange: [U, D] fp32. b_flag [U] fp32 (0, or NaN for a row with a
+    non-finite element that b_x, part of the row, may not hold) makes those rows NaN."""
     U: gl.constexpr = b_x.shape[0]
     D: gl.constexpr = b_x.shape[1]
     b_groups = gl.convert_layout(gl.reshape(b_x, [U, D // GROUP, GROUP]), GROUPS)  # [U, D / 16, 16]
+    if b_flag is not None:
+        # x + 0 is x, save -0 -> +0, whose score code is +0 either way (no nonzero ratio)
+        b_groups = b_groups + gl.convert_layout(b_flag, gl.SliceLayout(1, gl.SliceLayout(2, GROUPS)))[:, None, None]
     b_g = pow2(gl.convert_layout(b_e, gl.SliceLayout(1, gl.SliceLayout(2, GROUPS))) - G_SHIFT)  # [U]
     return gl.reshape(group_score_codes(b_groups, b_g[:, None, None]), [U, D])
 
 
 @gluon.jit
-def _score_codes(b_x, b_e):
-    """``group_score_codes_in`` of b_x [UNIT, D] fp32 (a token row per thread): a row's groups
-    in its thread."""
-    D: gl.constexpr = b_x.shape[1]
-    GROUPS: gl.constexpr = gl.BlockedLayout([1, D // GROUP, GROUP], [32, 1, 1], [gl.num_warps(), 1, 1], [2, 1, 0])
-    return group_score_codes_in(b_x, b_e, GROUPS)
+def _score_codes(b_x, b_e, b_flag=None):
+    """``group_score_codes_in`` of b_x [UNIT, C] fp32 (a token row, or a piece of one, per
+    thread): a row's groups in its thread."""
+    C: gl.constexpr = b_x.shape[1]
+    GROUPS: gl.constexpr = gl.BlockedLayout([1, C // GROUP, GROUP], [32, 1, 1], [gl.num_warps(), 1, 1], [2, 1, 0])
+    return group_score_codes_in(b_x, b_e, GROUPS, b_flag)
 
 
 @gluon.jit
@@ -163,24 +167,27 @@ def _rotated_unit(p_x, p_codes, p_codes_t, p_exps, cu_seqlens, cu_seqlens_t, p_w
     else:
         b_e = gl.convert_layout(block_exponents(b_x, BLOCK), gl.SliceLayout(1, ROWS))  # [UNIT]
         _rotated_codes(p_codes, p_codes_t, b_x, b_e, o_c, m_c, start, end, unit, h, T_t, H, D, UNIT, PARTS, SCORES,
-                       ROWS, STORE, COLS)
+                       HADAMARD_STAGES > 0, ROWS, STORE, COLS)
     o_t = start + unit * UNIT + gl.arange(0, UNIT, layout=gl.SliceLayout(1, ROWS))  # [UNIT] packed rows
     gl.store(p_exps + o_t * H + h, b_e.to(gl.int8), mask=o_t < end)
 
 
 @gluon.jit
 def _rotated_codes(p_codes, p_codes_t, b_x, b_e, o_c, m_c, start, end, unit, h, T_t, H, D: gl.constexpr,
-                   UNIT: gl.constexpr, PARTS: gl.constexpr, SCORES: gl.constexpr, ROWS: gl.constexpr,
-                   STORE: gl.constexpr, COLS: gl.constexpr):
+                   UNIT: gl.constexpr, PARTS: gl.constexpr, SCORES: gl.constexpr, ROTATED: gl.constexpr,
+                   ROWS: gl.constexpr, STORE: gl.constexpr, COLS: gl.constexpr):
     """The E4M3 transposed codes of rows b_x [UNIT, D] fp32 on exponents b_e [UNIT] int32, and
-    their row codes (SCORES: ``rotated_operand_kernel``'s)."""
+    their row codes (SCORES: ``rotated_operand_kernel``'s; ROTATED: b_x is rotated)."""
     if SCORES == 1:
         # NVFP4 score codes (their 16-element groups lie in one thread) come from x itself, so
-        # the transposed codes scale x piece by piece: x and a scaled copy are never live together.
-        _store_columns(p_codes_t, None, b_x, gl.convert_layout(pow2(-b_e), gl.SliceLayout(0, COLS)), 0, o_c, m_c, h,
-                       T_t, D, D // PARTS, COLS, False, False)
-        o_x, m_x = packed_rows(start + unit * UNIT, end, h, H, UNIT, D, STORE)
-        gl.store(p_codes + o_x, gl.convert_layout(_score_codes(b_x, b_e).to(gl.bfloat16), STORE), mask=m_x)
+        # each piece of x leaves as both codes and dies: x and a scaled copy are never live together.
+        # A non-finite x makes its whole row's scales NaN, where a piece's own groups see one
+        # piece: unrotated, the row's flag goes into every piece (the rotation spreads it anyway).
+        b_flag = None
+        if not ROTATED:
+            b_flag = gl.sum(b_x * 0.0, axis=1)  # [UNIT] 0, or NaN where the row has a non-finite x
+        _store_score_pieces(p_codes, p_codes_t, b_x, b_e, gl.convert_layout(pow2(-b_e), gl.SliceLayout(0, COLS)),
+                            b_flag, 0, o_c, m_c, start + unit * UNIT, end, h, T_t, H, D, D // PARTS, COLS)
     else:
         b_scaled = b_x * pow2(-b_e)[:, None]  # [UNIT, D]
         if SCORES == 0:  # E4M3 codes everywhere; BF16 row codes keep an Inf, as torch's cast does
@@ -195,6 +202,31 @@ def _rotated_codes(p_codes, p_codes_t, b_x, b_e, o_c, m_c, start, end, unit, h, 
             # The codes change layout as int8: as fp8, a layout change returned wrong codes.
             b_c = gl.convert_layout(to_e4m3(b_scaled, False).to(gl.int8, bitcast=True), STORE)
             gl.store(p_codes + o_x, b_c.to(gl.float8e4nv, bitcast=True), mask=m_x)
+
+
+@gluon.jit
+def _store_score_pieces(p_codes, p_codes_t, b_x, b_e, b_f, b_flag, d0, o_c, m_c, t0, end, h, T_t, H,
+                        D: gl.constexpr, PIECE: gl.constexpr, COLS: gl.constexpr):
+    """The mixed NVFP4 route's codes of head-dim columns d0.. of rows b_x [UNIT, C] fp32 (a
+    token row per thread, exponents b_e [UNIT], their factors 2^-e b_f in SliceLayout(0, COLS)),
+    PIECE columns at a time: each piece's E4M3 transposed codes (``_store_columns``) and its
+    score codes (``_score_codes``: its 16-element groups lie in the piece, plus the row's
+    non-finite flag b_flag [UNIT] where given), so each piece of x dies as it leaves."""
+    UNIT: gl.constexpr = b_x.shape[0]
+    C: gl.constexpr = b_x.shape[1]
+    if C > PIECE:
+        b_lo, b_hi = gl.split(gl.permute(gl.reshape(b_x, [UNIT, 2, C // 2]), [0, 2, 1]))  # [UNIT, C / 2] each
+        _store_score_pieces(p_codes, p_codes_t, b_lo, b_e, b_f, b_flag, d0, o_c, m_c, t0, end, h, T_t, H, D, PIECE,
+                            COLS)
+        _store_score_pieces(p_codes, p_codes_t, b_hi, b_e, b_f, b_flag, d0 + C // 2, o_c, m_c, t0, end, h, T_t, H, D,
+                            PIECE, COLS)
+    else:
+        _store_columns(p_codes_t, None, b_x, b_f, d0, o_c, m_c, h, T_t, D, PIECE, COLS, False, False)
+        STORE: gl.constexpr = gl.BlockedLayout([1, 8], [256 // C, C // 8], [gl.num_warps(), 1], [1, 0])
+        o_t = t0 + gl.arange(0, UNIT, layout=gl.SliceLayout(1, STORE))  # [UNIT] packed rows
+        o_x = (o_t[:, None] * H + h) * D + d0 + gl.arange(0, C, layout=gl.SliceLayout(0, STORE))[None, :]
+        gl.store(p_codes + o_x, gl.convert_layout(_score_codes(b_x, b_e, b_flag).to(gl.bfloat16), STORE),
+                 mask=(o_t < end)[:, None])
 
 
 @gluon.jit(do_not_specialize=PACKING_INTS)
