@@ -186,8 +186,12 @@ def _rotated_codes(p_codes, p_codes_t, b_x, b_e, o_c, m_c, start, end, unit, h, 
         b_flag = None
         if not ROTATED:
             b_flag = gl.sum(b_x * 0.0, axis=1)  # [UNIT] 0, or NaN where the row has a non-finite x
+        # Score codes in pieces as wide as the transposed ones (D / PARTS head-dim rows), but 64
+        # at d=128: in pieces of 32 there, Triton 3.9 spills (58 LDL/STL at 255 registers,
+        # offline SASS; 3.6 does not).
+        SCORE_PIECE: gl.constexpr = 64 if D == 128 else D // PARTS
         _store_score_pieces(p_codes, p_codes_t, b_x, b_e, gl.convert_layout(pow2(-b_e), gl.SliceLayout(0, COLS)),
-                            b_flag, 0, o_c, m_c, start + unit * UNIT, end, h, T_t, H, D, D // PARTS, COLS)
+                            b_flag, 0, o_c, m_c, start + unit * UNIT, end, h, T_t, H, D, SCORE_PIECE, D // PARTS, COLS)
     else:
         b_scaled = b_x * pow2(-b_e)[:, None]  # [UNIT, D]
         if SCORES == 0:  # E4M3 codes everywhere; BF16 row codes keep an Inf, as torch's cast does
@@ -206,20 +210,21 @@ def _rotated_codes(p_codes, p_codes_t, b_x, b_e, o_c, m_c, start, end, unit, h, 
 
 @gluon.jit
 def _store_score_pieces(p_codes, p_codes_t, b_x, b_e, b_f, b_flag, d0, o_c, m_c, t0, end, h, T_t, H,
-                        D: gl.constexpr, PIECE: gl.constexpr, COLS: gl.constexpr):
+                        D: gl.constexpr, SCORE_PIECE: gl.constexpr, PIECE: gl.constexpr, COLS: gl.constexpr):
     """The mixed NVFP4 route's codes of head-dim columns d0.. of rows b_x [UNIT, C] fp32 (a
     token row per thread, exponents b_e [UNIT], their factors 2^-e b_f in SliceLayout(0, COLS)),
-    PIECE columns at a time: each piece's E4M3 transposed codes (``_store_columns``) and its
-    score codes (``_score_codes``: its 16-element groups lie in the piece, plus the row's
-    non-finite flag b_flag [UNIT] where given), so each piece of x dies as it leaves."""
+    SCORE_PIECE columns at a time: each piece's E4M3 transposed codes (``_store_columns``, in
+    pieces of PIECE head-dim rows) and its score codes (``_score_codes``: its 16-element groups
+    lie in the piece, plus the row's non-finite flag b_flag [UNIT] where given), so each piece
+    of x dies as it leaves."""
     UNIT: gl.constexpr = b_x.shape[0]
     C: gl.constexpr = b_x.shape[1]
-    if C > PIECE:
+    if C > SCORE_PIECE:
         b_lo, b_hi = gl.split(gl.permute(gl.reshape(b_x, [UNIT, 2, C // 2]), [0, 2, 1]))  # [UNIT, C / 2] each
-        _store_score_pieces(p_codes, p_codes_t, b_lo, b_e, b_f, b_flag, d0, o_c, m_c, t0, end, h, T_t, H, D, PIECE,
-                            COLS)
+        _store_score_pieces(p_codes, p_codes_t, b_lo, b_e, b_f, b_flag, d0, o_c, m_c, t0, end, h, T_t, H, D,
+                            SCORE_PIECE, PIECE, COLS)
         _store_score_pieces(p_codes, p_codes_t, b_hi, b_e, b_f, b_flag, d0 + C // 2, o_c, m_c, t0, end, h, T_t, H, D,
-                            PIECE, COLS)
+                            SCORE_PIECE, PIECE, COLS)
     else:
         _store_columns(p_codes_t, None, b_x, b_f, d0, o_c, m_c, h, T_t, D, PIECE, COLS, False, False)
         STORE: gl.constexpr = gl.BlockedLayout([1, 8], [256 // C, C // 8], [gl.num_warps(), 1], [1, 0])
