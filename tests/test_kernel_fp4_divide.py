@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from flamia.kernels.fp4 import divide_by_scale
+from flamia.kernels.fp4 import divide_by_scale, past_e2m1_max
 from flamia.kernels.fp8 import fma_f32
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -135,3 +135,43 @@ def _assert_divide_matches_division(n: int, device: str) -> None:
     assert torch.equal(_bits(got[normal]), _bits(want[normal]))
     assert torch.equal(got[~normal] == 0, want[~normal] == 0)
     assert torch.equal(got[~normal] < 0, want[~normal] < 0)
+
+
+@triton.jit
+def _past_max_kernel(p_a, p_p, p_out, N: tl.constexpr):
+    o = tl.arange(0, N)
+    tl.store(p_out + o, past_e2m1_max(tl.load(p_a + o), tl.load(p_p + o)).to(tl.int8))
+
+
+def test_past_e2m1_max_is_the_quotients_comparison():
+    """``fp4.past_e2m1_max(a, p)`` against torch's fp32 a / p > 6, for p = s g over every E4M3
+    scale s (0 and the subnormals included) and g from 2^-126 to 2^100, with a at 6 p and up
+    to 8 fp32 steps either side (the quotient's rounding boundary 6 + 2^-22 lies among them),
+    at 3 p and 12 p (where the fma's difference stops being exact) and their neighbours,
+    and at 0, the smallest subnormal, NaN and infinity."""
+    e4m3 = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    s = e4m3[torch.isfinite(e4m3) & (e4m3 >= 0)].unique()
+    g = torch.ldexp(torch.ones(8), torch.tensor([-126, -120, -100, -60, -8, 0, 40, 100]))
+    p = (s[:, None] * g[None, :]).flatten()  # exact: 4 significant bits, at least 2^-138
+    edges = []
+    for base in (6 * p, 3 * p, 12 * p):
+        up = down = base
+        edges.append(base)
+        for _ in range(8):
+            up, down = torch.nextafter(up, torch.tensor(np.inf)), torch.nextafter(down, torch.tensor(0.0))
+            edges += [up, down]
+    a = torch.cat(edges)
+    p_all = p.repeat(len(edges))
+    specials = torch.tensor([0.0, 2.0 ** -149, float("nan"), float("inf"), 1.0, 7.0])
+    a = torch.cat([a, specials.repeat_interleave(len(p)), torch.zeros(len(p))])
+    p_all = torch.cat([p_all, p.repeat(len(specials)), torch.zeros(len(p))])
+    want = (a / p_all) > 6
+    assert want.any() and not want.all()
+    n = triton.next_power_of_2(len(a))
+    pad = n - len(a)
+    a_dev = torch.cat([a, torch.zeros(pad)]).to(DEVICE)
+    p_dev = torch.cat([p_all, torch.ones(pad)]).to(DEVICE)
+    out = torch.empty(n, dtype=torch.int8, device=DEVICE)
+    _past_max_kernel[(1,)](a_dev, p_dev, out, N=n)
+    got = out[:len(a)].bool().cpu()
+    assert torch.equal(got, want), (a[got != want][:4], p_all[got != want][:4])

@@ -174,11 +174,21 @@ def _group_scales(b_amax16, b_g):
     """E4M3 scales [U, G] fp32 of the groups whose max |x| is b_amax16 [U, G], rows of scale
     b_g [U, 1] (a power of two, at least the row max / 1792, so the ratio stays below 448):
     the ratio to 6 g rounded up on the grid, one grid step up where the group's maximum would
-    still scale above 6."""
+    still scale above 6 (``past_e2m1_max``)."""
     # tensor * constant: the other order fails in Triton 3.8's interpreter (fp8.py's list)
     b_s = e4m3_round_up(tl.math.div_rn(b_amax16, b_g * _E2M1_MAX))
-    over = tl.math.div_rn(b_amax16, b_s * b_g) > _E2M1_MAX
-    return tl.where(over, b_s + pow2(e4m3_step_exp(b_s)), b_s)
+    return tl.where(past_e2m1_max(b_amax16, b_s * b_g), b_s + pow2(e4m3_step_exp(b_s)), b_s)
+
+
+@triton.jit
+def past_e2m1_max(a, p):
+    """Whether the fp32 quotient a / p rounds above 6, for fp32 a >= 0 (or NaN) and p = s g,
+    an E4M3 scale times g >= 2^-126, without the division (about ten instructions and an
+    out-of-line slow path per group): a > 6 p. p and 6 p are exact (multiples of 2^-135 with
+    at most 6 significant bits), a <= 6 p gives a quotient of at most 6, and the next
+    fp32 above 6 p lies more than 6 p 2^-24 above it, so its quotient passes 6 + 2^-22, the
+    midpoint above 6. a / 0 > 6 for every a > 0, as the division's infinity is; NaN is false."""
+    return a > p * _E2M1_MAX
 
 
 @triton.jit
