@@ -10,8 +10,10 @@ files or contiguous runs leave one shard with most of the time. Compiled kernels
 through Triton's on-disk cache. Each shard's output (pytest -v) goes to stdout line by line
 as it comes, prefixed with its number and its elapsed seconds, so a run that a timeout stops
 shows where each shard was (``timeout`` stops the shards with it: they share its process
-group). The last line sums the counts in pytest's words ("N passed, M failed ...") for
-gpu_gate.sh to read. Exit status 0 when every shard passed.
+group). The first line says how many tests were collected; the last sums the counts in
+pytest's words ("N passed, M failed ...") for gpu_gate.sh to read, which counts the streamed
+result lines instead (``streamed_counts``) when a timeout leaves no last line. Exit status 0
+when every shard passed.
 """
 import argparse
 import os
@@ -24,6 +26,23 @@ from concurrent.futures import ThreadPoolExecutor
 PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
 COUNTED = ("passed", "failed", "errors", "error", "skipped", "xfailed")
 FINAL_LINE = re.compile(r"\d+ (passed|failed|errors?|skipped|xfailed)\b.* in [\d.]+s")  # pytest's last line
+# one test's result as a shard streams it: "[shard] seconds path::test[id] PASSED [ 12%]"
+RESULT_LINE = re.compile(r"^\[\d+\] +[\d.]+s \S+::\S+ (PASSED|FAILED|ERROR|SKIPPED|XFAIL)\b", re.M)
+COLLECTED_LINE = re.compile(r"^collected (\d+) gpu tests", re.M)
+
+
+def streamed_counts(text: str) -> dict[str, int]:
+    """Counts of the per-test results in this script's output ({"passed": n, ...}, pytest's
+    words) and, under "collected", the number of tests it collected: what a run stopped by a
+    timeout got through, where no last line sums it."""
+    words = {"PASSED": "passed", "FAILED": "failed", "ERROR": "errors", "SKIPPED": "skipped", "XFAIL": "xfailed"}
+    counts: dict[str, int] = {}
+    for result in RESULT_LINE.findall(text):
+        counts[words[result]] = counts.get(words[result], 0) + 1
+    collected = COLLECTED_LINE.search(text)
+    if collected:
+        counts["collected"] = int(collected.group(1))
+    return counts
 
 
 def collect(args: list[str]) -> list[str]:
@@ -61,6 +80,7 @@ def main() -> int:
         print("no tests ran: 0 gpu tests collected")
         return 5
     n = min(known.shards, len(ids))
+    print(f"collected {len(ids)} gpu tests, {n} shards", flush=True)
     start = time.perf_counter()
     with ThreadPoolExecutor(n) as pool:
         results = list(pool.map(run_shard, range(n), [ids[i::n] for i in range(n)]))

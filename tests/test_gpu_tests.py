@@ -36,3 +36,35 @@ def test_shards_stream_and_sum_their_counts(tmp_path):
     # the failure as gpu_gate.sh's own pattern finds it
     pattern = re.search(r're\.findall\(r"(.*FAILED.*?)", text', GATE.read_text()).group(1)
     assert re.findall(pattern, run.stdout, re.M) == ["test_fake.py::test_marked[3]"]
+
+
+def _gate_parse(tmp_path, kind: str, text: str, rc: int) -> str:
+    """gpu_gate.sh's parse() (its Python, run as the gate runs it) on a log holding ``text``."""
+    body = re.search(r"<<'PYEOF'\n(.*?)\nPYEOF", GATE.read_text(), re.S).group(1)
+    log = tmp_path / "step.log"
+    log.write_text(text)
+    run = subprocess.run([sys.executable, "-", kind, str(log), str(rc)], input=body, capture_output=True, text=True,
+                         timeout=60, env={"GATE_ROOT": str(GATE.parents[1]), "PATH": ""})
+    assert run.returncode == 0, run.stderr
+    return run.stdout.strip()
+
+
+def test_a_timed_out_run_is_counted_from_its_streamed_lines(tmp_path):
+    """A timeout leaves no summed last line (and a shard that finished leaves its own pytest
+    summary, which is not the run's): the gate counts the streamed results instead."""
+    (tmp_path / "test_fake.py").write_text(_TESTS)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    gpu: needs a GPU\n")
+    run = subprocess.run([sys.executable, str(SCRIPT), "--shards", "2", "test_fake.py"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    sys.path.insert(0, str(SCRIPT.parent))
+    from gpu_tests import streamed_counts
+    assert streamed_counts(run.stdout) == {"passed": 4, "failed": 1, "collected": 5}
+    assert _gate_parse(tmp_path, "pytest", run.stdout, 1).startswith("FAIL\t4 passed, 1 failed;")
+    # cut after the first shard's results: what a timeout leaves
+    first = [line for line in run.stdout.splitlines() if not line.startswith("[1]")][:-1]
+    text = "\n".join(first) + "\n"
+    shown = streamed_counts(text)
+    assert shown["collected"] == 5 and 0 < shown["passed"] + shown.get("failed", 0) < 5
+    note = _gate_parse(tmp_path, "pytest", text, 124)
+    assert note == (f"FAIL\t{shown['passed']} of 5 passed, {shown.get('failed', 0)} failed; timed out"
+                    + "".join(f"; FAILED {t}" for t in re.findall(r"(\S+) FAILED", text))), note
