@@ -22,11 +22,16 @@ def test_unmarked():
 '''
 
 
-def test_shards_stream_and_sum_their_counts(tmp_path):
+def _run_fake_tests(tmp_path) -> subprocess.CompletedProcess:
+    """gpu_tests.py over _TESTS in two shards, from tmp_path."""
     (tmp_path / "test_fake.py").write_text(_TESTS)
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    gpu: needs a GPU\n")
-    run = subprocess.run([sys.executable, str(SCRIPT), "--shards", "2", "test_fake.py"], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, str(SCRIPT), "--shards", "2", "test_fake.py"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_shards_stream_and_sum_their_counts(tmp_path):
+    run = _run_fake_tests(tmp_path)
     lines = run.stdout.splitlines()
     assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]
     assert re.fullmatch(r"4 passed, 1 failed in [\d.]+s \(5 tests, 2 shards\)", lines[-1]), lines[-1]
@@ -52,10 +57,7 @@ def _gate_parse(tmp_path, kind: str, text: str, rc: int) -> str:
 def test_a_timed_out_run_is_counted_from_its_streamed_lines(tmp_path):
     """A timeout leaves no summed last line (and a shard that finished leaves its own pytest
     summary, which is not the run's): the gate counts the streamed results instead."""
-    (tmp_path / "test_fake.py").write_text(_TESTS)
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    gpu: needs a GPU\n")
-    run = subprocess.run([sys.executable, str(SCRIPT), "--shards", "2", "test_fake.py"], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=120)
+    run = _run_fake_tests(tmp_path)
     sys.path.insert(0, str(SCRIPT.parent))
     from gpu_tests import streamed_counts
     assert streamed_counts(run.stdout) == {"passed": 4, "failed": 1, "collected": 5}

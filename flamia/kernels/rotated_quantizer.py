@@ -187,8 +187,7 @@ def _rotated_codes(p_codes, p_codes_t, b_x, b_e, o_c, m_c, start, end, unit, h, 
         if not ROTATED:
             b_flag = gl.sum(b_x * 0.0, axis=1)  # [UNIT] 0, or NaN where the row has a non-finite x
         # Score codes in pieces as wide as the transposed ones (D / PARTS head-dim rows), but 64
-        # at d=128: in pieces of 32 there, Triton 3.9 spills (58 LDL/STL at 255 registers,
-        # offline SASS; 3.6 does not).
+        # at d=128, where pieces of 32 spill on Triton 3.9 (docs/PERFORMANCE.md).
         SCORE_PIECE: gl.constexpr = 64 if D == 128 else D // PARTS
         _store_score_pieces(p_codes, p_codes_t, b_x, b_e, gl.convert_layout(pow2(-b_e), gl.SliceLayout(0, COLS)),
                             b_flag, 0, o_c, m_c, start + unit * UNIT, end, h, T_t, H, D, SCORE_PIECE, D // PARTS, COLS)
