@@ -113,7 +113,8 @@ def launches_of(case, recipe: str) -> dict:
         v = lambda: quantize_operand(i.v, i.cu_seqlens, block, False, True, plan.cu_kt, work, fmt=route.codes, **keys)
         do = lambda: quantize_grad_output(i.do, i.q, ro, i.cu_seqlens, block, tiles.bwd_block_m, plan.cu_qt, grad_out,
                                           fmt=route.codes, transposed=not route.rows,
-                                          own_codes=grad_output_is_codes(rec, i.do), **records)
+                                          own_codes=grad_output_is_codes(rec, i.do), dot_values=route.dot_values,
+                                          **records)
     return {name: fn for name, fn in (("q+k", pair), ("v", v), ("do", do)) if fn is not None}
 
 

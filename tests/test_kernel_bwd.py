@@ -72,10 +72,13 @@ def kernel_inputs(fwd, do) -> tuple[tuple, dict]:
         kwargs.update(grad4=grad_mode(spec.recipe), k_codes_t_diag=transposed(gk.diagonal, cu_k), seed=spec.seed)
         return args, kwargs
     assert torch.equal(gq.exps, q.exps) and torch.equal(gk.exps, k.exps)
+    dot = transposed(g_dot.codes, cu_q)
+    if route.dot_values:  # dOt^ as BF16 values: its codes times their 2^edOt (exact)
+        dot = transposed_reference(g_dot.dequantize(), cu_q, torch.bfloat16).to(torch.bfloat16)
     args = (q.codes.to(scores), transposed(gq.codes, cu_q), q.exps.to(i8), k.codes.to(scores),
             transposed(gk.codes, cu_k), k.exps.to(i8), v.codes.to(codes), v.exps.to(i8), g_do.codes.to(codes),
-            g_do.exps.to(i8), transposed(g_dot.codes, cu_q), g_dot.exps.to(i8), go.delta, fwd.m, fwd.ro, fwd.pv, cu_q,
-            cu_k, aligned_starts(cu_q), aligned_starts(cu_k))
+            g_do.exps.to(i8), dot, g_dot.exps.to(i8), go.delta, fwd.m, fwd.ro, fwd.pv, cu_q, cu_k,
+            aligned_starts(cu_q), aligned_starts(cu_k))
     return args, kwargs
 
 

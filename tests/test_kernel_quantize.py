@@ -207,12 +207,19 @@ def test_bf16_score_codes_real_size_on_gpu(block):
 
 
 def _assert_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu: torch.Tensor, max_seqlen: int,
-                        block: int) -> None:
-    got = quantize_grad_output(do, o, ro, cu, block, STEP)
+                        block: int, dot_values: bool = False) -> None:
+    """The launch against the reference; dot_values: dOt^ as BF16 values, its codes times their
+    2^edOt, bit for bit (exact), tokens in order."""
+    got = quantize_grad_output(do, o, ro, cu, block, STEP, dot_values=dot_values)
     want = ref.quantize_grad_output(do, o, ro, cu, max_seqlen, block, STEP)
     assert torch.equal(_bytes(got.do_codes), _bytes(want.do.codes))
     assert torch.equal(got.do_exps.int(), want.do.exps)
-    _assert_transposed(got.dot_codes_t, got.cu_seqlens_t, want.dot.codes, cu)
+    if dot_values:
+        assert got.dot_codes_t.dtype == torch.bfloat16 and torch.equal(got.cu_seqlens_t, aligned_starts(cu))
+        values = transposed_reference(want.dot.dequantize(), cu, torch.bfloat16).to(torch.bfloat16)
+        assert torch.equal(_bf16_bits(got.dot_codes_t), _bf16_bits(values))
+    else:
+        _assert_transposed(got.dot_codes_t, got.cu_seqlens_t, want.dot.codes, cu)
     assert torch.equal(got.dot_exps.int(), want.dot.exps)
     # D: the same products, summed in another order. Any order errs by at most (D - 1) u
     # sum|terms|, so two orders differ by at most 2 D u sum|terms| (measured: about 2 u).
@@ -223,11 +230,12 @@ def _assert_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu:
     assert invalid.any() and (dot[invalid] == 0).all()
 
 
+@pytest.mark.parametrize("dot_values", [False, True], ids=["dot-codes", "dot-values"])
 @pytest.mark.parametrize("block", [32, 1])
 @pytest.mark.parametrize("d", [64, 128])
-def test_grad_output_matches_reference(d, block):
+def test_grad_output_matches_reference(d, block, dot_values):
     do, o, ro = _rows(LENGTHS, HEADS, d, seed=d), _rows(LENGTHS, HEADS, d, seed=d + 1), row_factors(LENGTHS, HEADS, seed=d)
-    _assert_grad_output(do, o, ro, _cu_seqlens(LENGTHS), max(LENGTHS), block)
+    _assert_grad_output(do, o, ro, _cu_seqlens(LENGTHS), max(LENGTHS), block, dot_values)
 
 
 def test_aligned_starts():
@@ -259,7 +267,7 @@ def test_transposed_gaps_are_zero(monkeypatch, hadamard):
 
     def poisoned_empty(*args, **kwargs):
         out = empty(*args, **kwargs)
-        if out.dtype == torch.float8_e4m3fn:
+        if out.dtype in (torch.float8_e4m3fn, torch.bfloat16):
             out.view(torch.uint8).fill_(0xFF)
         return out
 
@@ -268,10 +276,12 @@ def test_transposed_gaps_are_zero(monkeypatch, hadamard):
     x = _rows(LENGTHS, HEADS, d, seed=11)
     op = quantize_operand(x, cu, 32, hadamard)
     go = quantize_grad_output(x, x, row_factors(LENGTHS, HEADS, seed=11), cu, 32, STEP)
-    for codes_t, cu_t in ((op.codes_t, op.cu_seqlens_t), (go.dot_codes_t, go.cu_seqlens_t)):
+    gv = quantize_grad_output(x, x, row_factors(LENGTHS, HEADS, seed=11), cu, 32, STEP, dot_values=True)
+    for codes_t, cu_t in ((op.codes_t, op.cu_seqlens_t), (go.dot_codes_t, go.cu_seqlens_t),
+                          (gv.dot_codes_t, gv.cu_seqlens_t)):
         outside = torch.ones(codes_t.shape[2], dtype=torch.bool)
         for start, length in zip(cu_t.tolist(), LENGTHS):
-            outside[start + token_columns(torch.arange(length))] = False
+            outside[start + token_columns(torch.arange(length), codes_t.dtype)] = False
         assert outside.sum() > codes_t.shape[2] // 4  # gaps after 4 documents and a long tail
         assert not _bytes(codes_t[:, :, outside.to(codes_t.device)]).any()
 
@@ -288,6 +298,10 @@ def test_transposed_gaps_are_zero(monkeypatch, hadamard):
     (lambda x, cu: quantize_grad_output(x, x, torch.ones(2, 117, device=DEVICE), cu, step=48), "step"),
     (lambda x, cu: quantize_grad_output(x, x, torch.ones(2, 117, device=DEVICE), cu, block=8, step=8), "step"),
     (lambda x, cu: quantize_grad_output(x, x, torch.ones(2, 117, device=DEVICE), cu, block=64, step=32), "block"),
+    (lambda x, cu: quantize_grad_output(x, x, torch.ones(2, 117, device=DEVICE), cu, fmt=BF16, dot_values=True),
+     "dot_values"),
+    (lambda x, cu: quantize_grad_output(x, x, torch.ones(2, 117, device=DEVICE), cu, transposed=False,
+                                        dot_values=True), "dot_values"),
 ])
 def test_invalid_arguments_are_named(call, match):
     with pytest.raises(ValueError, match=match):
@@ -302,7 +316,9 @@ def test_real_size_matches_reference_on_gpu():
     x = _rows(lengths, heads, d, seed=7)
     for block in (32, 1):
         _assert_operand(x, cu, max(lengths), block, hadamard=True)
-    _assert_grad_output(x, _rows(lengths, heads, d, seed=8), row_factors(lengths, heads, seed=9), cu, max(lengths), 32)
+    for dot_values in (False, True):
+        _assert_grad_output(x, _rows(lengths, heads, d, seed=8), row_factors(lengths, heads, seed=9), cu, max(lengths),
+                            32, dot_values)
 
 
 @pytest.mark.parametrize("unit, warps", [(32, 2), (48, 1), (1024, 1)])

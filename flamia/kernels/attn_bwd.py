@@ -111,7 +111,7 @@ def _dq_atomic_add(p_dqa, b_gt, b_kt, qinv, o_i, m_i, heads_q, D: tl.constexpr, 
 def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_rec, p_dote, p_dqa, geo, span_q,
                heads_q, tq_t, diag, rng, D: tl.constexpr, BM: tl.constexpr,
                MASK: tl.constexpr, DQ_ATOMIC: tl.constexpr, CODES: tl.constexpr, P4: tl.constexpr,
-               GRAD4: tl.constexpr, ROWS: tl.constexpr, INTERPRET: tl.constexpr):
+               GRAD4: tl.constexpr, ROWS: tl.constexpr, DOT_CODES: tl.constexpr, INTERPRET: tl.constexpr):
     """One query step [i0, i0 + BM) of a key tile: adds its dK payload (without its keys'
     2^(eK - eV): W^T of ``grad_scores``) and its dV payload to acc_dk, acc_dv [BN, D], and with
     DQ_ATOMIC its dQ payload to p_dqa (``_dq_atomic_add``; b_kt [D, BN] K^T codes). b_k,
@@ -123,7 +123,9 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_r
     diag: the step lies in a diagonal forward tile (``forward_diagonal``; P4 only); GRAD4 and
     rng: the all-4-bit route's G (``_add_row_scaled_mma``, ``grad_words``'s rng). ROWS (the bf16
     recipe, NUMERICS.md 4a): dK = G^T Q^ and dV = bf16(P^ ro)^T dO^ on the row codes; p_cols
-    is None."""
+    is None. DOT_CODES: dOt^'s format; BF16 beside E4M3 CODES holds the codes' values times
+    their 2^edOt (``configs.Route.dot_values``), so dV's product runs on BF16 P^ and
+    accumulates inside the MMA."""
     p_q, p_do = p_rows
     o_i = i0 + tl.arange(0, BM)  # [BM] query positions
     m_i = o_i < geo[0]
@@ -138,20 +140,20 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_r
         b_qb = tl.trans(_load_cols(p_qt, o_i, span_q, tq_t, D, MASK))
         b_dob = tl.trans(_load_cols(p_dott, o_i, span_q, tq_t, D, MASK))
     qg, qry = query_factors(query_fields(p_rec, o_i, m_i, MASK))
-    if CODES == tl.float8e4nv:
+    if DOT_CODES == tl.float8e4nv:
         # dOt^ has one exponent per query step: read it at the step's first row (inside the
-        # document). BF16's is 0.
+        # document). BF16 dOt^ carries its own (0 for BF16 codes).
         e_dot = tl.load(p_dote + tl.cast(i0, tl.int64) * heads_q).to(tl.int32)
     b_zero = tl.zeros([b_k.shape[0], BM], dtype=tl.float32)
     b_st = mma(b_k, tl.trans(b_q), b_zero, INTERPRET)  # [BN, BM] S^T
     b_dpt = mma(b_v, tl.trans(b_do), b_zero, INTERPRET)  # [BN, BM] dP^T before its factors
     b_pct, b_wt = grad_scores(b_st, b_dpt, key[0], qg, qry, key[2], o_i, o_k, geo, 1, MASK, CODES, INTERPRET,
-                              P4=P4, DIAG=diag, RO_IN_P=ROWS)
-    if CODES == tl.float8e4nv:
-        b_dv = mma(mma_token_order(b_pct, CODES), b_dob, tl.zeros_like(acc_dv), INTERPRET)  # [BN, D]
+                              P4=P4, DIAG=diag, RO_IN_P=ROWS, P_CODES=DOT_CODES)
+    if DOT_CODES == tl.float8e4nv:
+        b_dv = mma(mma_token_order(b_pct, DOT_CODES), b_dob, tl.zeros_like(acc_dv), INTERPRET)  # [BN, D]
         acc_dv += b_dv * pow2(e_dot)
     else:  # BF16: no step exponent, so the product accumulates inside the MMA
-        acc_dv = mma(mma_token_order(b_pct, CODES), b_dob, acc_dv, INTERPRET)
+        acc_dv = mma(mma_token_order(b_pct, DOT_CODES), b_dob, acc_dv, INTERPRET)
     # dK's payload rows are keys: 2^eK and 2^-eV are constant along a row, the epilogue's.
     b_word = None
     if GRAD4 == 2:
@@ -171,14 +173,14 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_krec,
                  GROUP: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
                  BN: tl.constexpr, SCALE_BLOCK: tl.constexpr, ROTATE_STAGES: tl.constexpr, DQ_ATOMIC: tl.constexpr,
                  CODES: tl.constexpr, P4: tl.constexpr, FBM: tl.constexpr, FBN: tl.constexpr,
-                 GRAD4: tl.constexpr, ROWS: tl.constexpr, INTERPRET: tl.constexpr):
+                 GRAD4: tl.constexpr, ROWS: tl.constexpr, DOT_CODES: tl.constexpr, INTERPRET: tl.constexpr):
     """Program ((document, key tile), KV head): dK and dV [BN, D] of the tile, summed over
     the query heads of its GQA group, stored in p_dk's dtype (dK rotated back when
     ROTATE_STAGES > 0); with DQ_ATOMIC, also the tile's dQ payloads, added to the fp32
     accumulator p_dqa [Tq, Hq, D] (p_kt, tk_t: K^T codes; unused otherwise). The work list
     (``worklist.tile_list``) puts long documents first and, in each, tile 0: under a causal
     mask it sees the most queries. GRAD4: ``_add_row_scaled_mma``'s, its random-bit seed ``seed``
-    (None unless GRAD4 is 2); ROWS: ``_dkdv_step``'s."""
+    (None unless GRAD4 is 2); ROWS and DOT_CODES: ``_dkdv_step``'s."""
     doc, tile = program_tile(p_work, width)
     if doc < 0:
         return
@@ -221,13 +223,13 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_krec,
             acc_dk, acc_dv = _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, j * BM, p_rows, p_cols, p_rec_h,
                                         p_dote + o_qe, p_dqa_h, geo, span_q, heads_q, tq_t,
                                         forward_diagonal(j * BM, k0, geo, FBM, FBN), rng, D, BM,
-                                        False, DQ_ATOMIC, CODES, P4, GRAD4, ROWS, INTERPRET)
+                                        False, DQ_ATOMIC, CODES, P4, GRAD4, ROWS, DOT_CODES, INTERPRET)
         for t in range(0, (full_lo - lo) + (hi - full_hi)):
             i0 = masked_step(t, lo, full_lo, full_hi) * BM
             acc_dk, acc_dv = _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_rec_h,
                                         p_dote + o_qe, p_dqa_h, geo, span_q, heads_q, tq_t,
                                         forward_diagonal(i0, k0, geo, FBM, FBN), rng, D, BM,
-                                        True, DQ_ATOMIC, CODES, P4, GRAD4, ROWS, INTERPRET)
+                                        True, DQ_ATOMIC, CODES, P4, GRAD4, ROWS, DOT_CODES, INTERPRET)
     o_out = o_kv + o_k.to(tl.int64)[:, None] * (heads_kv * D) + tl.arange(0, D)[None, :]  # [BN, D]
     # [BN, D]: 2^-eK 2^(eK - eV) of the payload, times the softmax scale, then rotated back
     b_dk = rotate(mul_rn(acc_dk, (scale * key[3])[:, None], INTERPRET), inv_sqrt_d, ROTATE_STAGES)
@@ -366,7 +368,9 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     laid out as k_codes_t, which the diagonal dQ tiles multiply instead (``tiles.dq_atomic``
     False).
 
-    Codes are float8_e4m3fn (MXFP8) or bfloat16 (BF16, every exponent 0), one dtype: q_codes,
+    Codes are float8_e4m3fn (MXFP8) or bfloat16 (BF16, every exponent 0), one dtype (but
+    dot_codes_t may be bfloat16 beside E4M3 codes: the codes' values times their 2^edOt, which
+    dV multiplies in BF16, ``configs.Route.dot_values``): q_codes,
     do_codes [Tq, Hq, D]; k_codes, v_codes [Tk, Hkv, D]; q_codes_t, dot_codes_t [Hq, D, Tq_t] and
     k_codes_t [Hkv, D, Tk_t] (tokens contiguous in the layout of ``layout.py``, zero codes outside
     documents; None on the bf16 recipe's route, ``Route.rows``, whose kernels read the row
@@ -407,6 +411,8 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
     # the bf16 recipe's dK/dV and dQ read the row codes (NUMERICS.md 4a); the all-4-bit route's
     # transposed codes are grouped along tokens, so they hold other values
     rows = fmt == BF16 and not grad4
+    # dOt^ as BF16 values of E4M3 codes (``configs.Route.dot_values``): dV's product in BF16
+    dot = BF16 if fmt == E4M3 and dot_codes_t is not None and dot_codes_t.dtype == torch.bfloat16 else fmt
     for name, x in (("q_codes_t", q_codes_t), ("k_codes_t", k_codes_t), ("dot_codes_t", dot_codes_t)):
         if (x is None) != rows:
             raise ValueError(f"{name}: None on the bf16 route (its kernels read the row codes), a tensor on the "
@@ -424,7 +430,7 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
                          f"on every tile (p4 2 or 3, got {p4}) and a dQ kernel on steps of 16 (got {tiles})")
     transposed = [] if rows else [("q_codes_t", q_codes_t, codes, (hq, d, tq_t)),
                                   ("k_codes_t", k_codes_t, codes, (hkv, d, tk_t)),
-                                  ("dot_codes_t", dot_codes_t, codes, (hq, d, tq_t))]
+                                  ("dot_codes_t", dot_codes_t, dot.torch_dtype, (hq, d, tq_t))]
     exps = [("q_exps", q_exps, i8, (tq, hq), records), ("k_exps", k_exps, i8, (tk, hkv), key_rec)]
     for name, x, _, _, built in exps:
         if x is None and (scores != BF16 or built is None):
@@ -481,13 +487,14 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
         launch(dkdv_gluon_kernel, grid, *descs, dot_exps, key_rec, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t,
                cu_seqlens_k_t, dkdv_work, dkdv_work.shape[1], dk, dv, BM=tiles.bwd_block_m, BN=tiles.bwd_block_n,
                SCALE_BLOCK=scale_block, STAGES=tiles.bwd_stages, REC_L=query_record_layout(32),
-               ROWS=rows, num_warps=tiles.bwd_warps, maxnreg=tiles.dkdv_maxnreg, **gluon_args, **rounding)
+               ROWS=rows, DOT_CODES=dot.codes, num_warps=tiles.bwd_warps, maxnreg=tiles.dkdv_maxnreg, **gluon_args,
+               **rounding)
     else:
         launch(_dkdv_kernel, grid, q_codes, q_codes_t, k_codes, k_codes_t, v_codes, do_codes, dot_codes_t, dot_exps,
                records, key_rec, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, dkdv_work,
                dkdv_work.shape[1], dk, dv, dq_sums, tq_t=tq_t, tk_t=tk_t, BM=tiles.bwd_block_m, BN=tiles.bwd_block_n,
-               SCALE_BLOCK=scale_block, DQ_ATOMIC=tiles.dq_atomic, ROWS=rows, num_warps=tiles.bwd_warps,
-               num_stages=tiles.bwd_stages, **args, **rounding)
+               SCALE_BLOCK=scale_block, DQ_ATOMIC=tiles.dq_atomic, ROWS=rows, DOT_CODES=dot.codes,
+               num_warps=tiles.bwd_warps, num_stages=tiles.bwd_stages, **args, **rounding)
     if tiles.dq_atomic:
         grid = (cdiv(tq, tiles.dq_block_m), hq)
         # the dQ kernel's epilogue constants, from the same dict

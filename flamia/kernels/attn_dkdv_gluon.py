@@ -181,7 +181,8 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
                       heads_q, seed, GROUP: gl.constexpr, D: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
                       SCALE_BLOCK: gl.constexpr, STAGES: gl.constexpr, ROTATE_STAGES: gl.constexpr,
                       REC_L: gl.constexpr, CODES: gl.constexpr, P4: gl.constexpr, FBM: gl.constexpr,
-                      FBN: gl.constexpr, SCORE_CODES: gl.constexpr, GRAD4: gl.constexpr, ROWS: gl.constexpr):
+                      FBN: gl.constexpr, SCORE_CODES: gl.constexpr, GRAD4: gl.constexpr, ROWS: gl.constexpr,
+                      DOT_CODES: gl.constexpr):
     """``attn_bwd._dkdv_kernel``'s arguments and outputs without DQ_ATOMIC (BN = 64, 4 warps),
     with Q^, dO^ ([Tq, Hq D] by [BM, D]), Q^T, dOt^T ([Hq D, Tq_t] by [D, BM]) and K^, V^
     ([Tk, Hkv D] by [BN, D]) as TMA descriptors, p_krec the ``key_records`` words (exponents per
@@ -191,12 +192,16 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
     beside E4M3 codes). GRAD4 and seed (None unless GRAD4 is 2): the all-4-bit route's E2M1
     G^T, as the Triton kernel's, in groups of 16 queries (a half holds two). ROWS (the bf16
     recipe, NUMERICS.md 4a): dK = G^T Q^ and dV = bf16(P^ ro)^T dO^ read the row codes (wgmma
-    takes BF16 B MN-major), so Q^T and dOt^T are neither copied nor given shared memory."""
+    takes BF16 B MN-major), so Q^T and dOt^T are neither copied nor given shared memory.
+    DOT_CODES: dOt^T's format, the Triton kernel's (BF16 beside E4M3 CODES: dV's product in
+    BF16 on P^'s values, accumulating inside the MMA)."""
     SUB: gl.constexpr = 32  # queries per S^T, dP^T product: a step of BM queries takes BM / SUB of them
     SS_L: gl.constexpr = mma_layout(SUB, SCORE_CODES)  # S^T's accumulator; relayouts to dP^T's
     S_L: gl.constexpr = mma_layout(SUB, CODES)
     O_L: gl.constexpr = mma_layout(D, CODES)
     A_L: gl.constexpr = register_a_layout(O_L, CODES)
+    DV_L: gl.constexpr = mma_layout(D, DOT_CODES)  # dV's accumulator: O_L's registers
+    DV_A_L: gl.constexpr = register_a_layout(DV_L, DOT_CODES)
     KEY: gl.constexpr = gl.SliceLayout(1, S_L)    # per key (rows of S^T)
     QRY: gl.constexpr = gl.SliceLayout(0, S_L)    # per query (columns)
     OKEY: gl.constexpr = gl.SliceLayout(1, O_L)
@@ -227,7 +232,7 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
         qt_s, dott_s = q_s, do_s
     else:
         qt_s = gl.allocate_shared_memory(CODES, [STAGES, D, BM], qt_desc.layout)
-        dott_s = gl.allocate_shared_memory(CODES, [STAGES, D, BM], dott_desc.layout)
+        dott_s = gl.allocate_shared_memory(DOT_CODES, [STAGES, D, BM], dott_desc.layout)
     rec_s = gl.allocate_shared_memory(gl.int32, [STAGES, BM, 4], rec_desc.layout)
     bars = copy_barriers(STAGES + 1)  # the last: K^'s and V^'s
     descs = (q_desc, do_desc, qt_desc, dott_desc, rec_desc)
@@ -255,7 +260,7 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
     sx = s2 * kf  # s2 rides on the key's factor, fixed for the whole tile
     o_j = gl.arange(0, SUB, layout=QRY)                              # [SUB]
     acc_dk = gl.zeros([BN, D], gl.float32, layout=O_L)
-    acc_dv = gl.zeros([BN, D], gl.float32, layout=O_L)
+    acc_dv = gl.zeros([BN, D], gl.float32, layout=DV_L)
     b_zero_ss = gl.zeros([BN, SUB], gl.float32, layout=SS_L)
     b_zero_s = gl.zeros([BN, SUB], gl.float32, layout=S_L)
     b_zero_o = gl.zeros([BN, D], gl.float32, layout=O_L)
@@ -267,9 +272,9 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
         slot = n % STAGES
         j, masked = _query_step(t_now, n_full, lo, full_lo, full_hi)
         h_q = h_k * GROUP + g_now
-        if CODES == gl.float8e4nv:
+        if DOT_CODES == gl.float8e4nv:
             # dOt^ has one exponent per query step: read it at the step's first row (inside the
-            # document). BF16's is 0.
+            # document). BF16 dOt^ carries its own (0 for BF16 codes).
             e_dot = gl.load(p_dote + (q_start + j * BM) * heads_q + h_q).to(gl.int32)
         # Each half's query factors are read and decoded while its S^T and dP^T run (the
         # step's records came with its codes: _issue_scores waited for them).
@@ -279,12 +284,12 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
         if BM == 2 * SUB:  # the second half's products run under the first half's payload
             s_nxt, dp_nxt = _issue_half(k_s, v_s, q_s, do_s, slot, 1, SUB, b_zero_ss, b_zero_s)
         b_pc0, b_w0 = grad_scores(relayout(b_st, S_L), b_dpt, sx, qg, qry, vf, j * BM + o_j, o_k, geo, 1, masked,
-                                  CODES, False, P4, diag, relayout, S_L, ROWS)
+                                  CODES, False, P4, diag, relayout, S_L, ROWS, DOT_CODES)
         if BM == 2 * SUB:
             qg, qry = _half_factors(rec_s.index(slot).slice(SUB, SUB), REC_L, QRY, SCALE_BLOCK)
             b_st, b_dpt = warpgroup_mma_wait(0, deps=(s_nxt, dp_nxt))
             b_pc1, b_w1 = grad_scores(relayout(b_st, S_L), b_dpt, sx, qg, qry, vf, j * BM + SUB + o_j, o_k, geo, 1,
-                                      masked, CODES, False, P4, diag, relayout, S_L, ROWS)
+                                      masked, CODES, False, P4, diag, relayout, S_L, ROWS, DOT_CODES)
         else:
             b_pc1, b_w1 = b_pc0, b_w0                                # one half: unused
         # The slot step n - 1 used is free: its products have completed.
@@ -295,11 +300,11 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
         if ROWS and j * BM + BM > len_q:  # the document's last step: rows past it are the next one's
             zero_rows_from(q_s.index(slot), len_q - j * BM)
             zero_rows_from(do_s.index(slot), len_q - j * BM)
-        if CODES == gl.float8e4nv:
-            b_dv = _step_product(b_pc0, b_pc1, dott_s.index(slot), BM, A_L, CODES, ROWS, b_zero_o)  # [BN, D]
+        if DOT_CODES == gl.float8e4nv:
+            b_dv = _step_product(b_pc0, b_pc1, dott_s.index(slot), BM, DV_A_L, DOT_CODES, ROWS, b_zero_o)  # [BN, D]
             acc_dv = acc_dv + b_dv * pow2(e_dot)
         else:  # BF16: no step exponent, so the product accumulates inside the MMA
-            acc_dv = _step_product(b_pc0, b_pc1, dott_s.index(slot), BM, A_L, CODES, ROWS, acc_dv)
+            acc_dv = _step_product(b_pc0, b_pc1, dott_s.index(slot), BM, DV_A_L, DOT_CODES, ROWS, acc_dv)
         # dK's payload rows are keys: 2^eK and 2^-eV are constant along a row, the epilogue's.
         if GRAD4 > 0:  # E2M1 with its scales folded in, exact in BF16: accumulates as BF16 does
             rng = (seed, h_q.to(gl.int64) * total_q + q_start, k_start)

@@ -97,7 +97,8 @@ def _visible_p4(b_p, o_i, o_k, geo, Q_AXIS: tl.constexpr, MASK, TO_LAYOUT: tl.co
 @triton.jit
 def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.constexpr, MASK,
                 CODES: tl.constexpr, INTERPRET: tl.constexpr, P4: tl.constexpr = 0, DIAG=True,
-                TO_LAYOUT: tl.constexpr = same_layout, TILE: tl.constexpr = None, RO_IN_P: tl.constexpr = False):
+                TO_LAYOUT: tl.constexpr = same_layout, TILE: tl.constexpr = None, RO_IN_P: tl.constexpr = False,
+                P_CODES: tl.constexpr = None):
     """P codes and the gradient payload of one tile, NUMERICS.md 4 steps 1-6.
 
     The tile is [queries, keys] (Q_AXIS = 0, the dQ loop) or [keys, queries] (Q_AXIS = 1,
@@ -114,8 +115,10 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
     keys; 2 the leaking ablation's, on every tile with group maxima over the in-bounds keys;
     3 the all-4-bit route's, on every tile with group maxima over the visible keys.
     RO_IN_P (the bf16 recipe's dV, NUMERICS.md 4a): the P returned is P^ ro rounded to CODES,
-    dV's A operand against dO^ (exponents 0, so rq is ro).
-    Returns (P^ in the operand format CODES, payload fp32), tile shape. With W = fp32(fp32(Pd 2^(eV + eQ)) (dP - D))
+    dV's A operand against dO^ (exponents 0, so rq is ro). P_CODES: the dtype of the P^
+    returned, where dV's product takes it in another format than CODES (BF16 values of E4M3
+    codes, exact: ``configs.Route.dot_values``); None: CODES.
+    Returns (P^ in the operand format P_CODES, payload fp32), tile shape. With W = fp32(fp32(Pd 2^(eV + eQ)) (dP - D))
     (dS 2^(eV + eQ): NUMERICS.md 4's dS rounded at the same places), the payload is
     G = W 2^(eK - eV) in the dQ orientation and W^T in the dK/dV one, whose key factors are
     constant along its rows (the epilogue's). Powers of two scale exactly, so G has W's
@@ -127,20 +130,20 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
         # other routes' unmasked steps are no shorter so, and spill more (PERFORMANCE.md).
         if MASK:
             b_pc, b_g = _grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS, True, CODES,
-                                     INTERPRET, P4, DIAG, TO_LAYOUT, TILE, RO_IN_P)
+                                     INTERPRET, P4, DIAG, TO_LAYOUT, TILE, RO_IN_P, P_CODES)
         else:
             b_pc, b_g = _grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS, False, CODES,
-                                     INTERPRET, P4, DIAG, TO_LAYOUT, TILE, RO_IN_P)
+                                     INTERPRET, P4, DIAG, TO_LAYOUT, TILE, RO_IN_P, P_CODES)
     else:
         b_pc, b_g = _grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS, MASK, CODES, INTERPRET,
-                                 P4, DIAG, TO_LAYOUT, TILE, RO_IN_P)
+                                 P4, DIAG, TO_LAYOUT, TILE, RO_IN_P, P_CODES)
     return b_pc, b_g
 
 
 @triton.jit
 def _grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.constexpr, MASK, CODES: tl.constexpr,
                  INTERPRET: tl.constexpr, P4: tl.constexpr, DIAG, TO_LAYOUT: tl.constexpr, TILE: tl.constexpr,
-                 RO_IN_P: tl.constexpr):
+                 RO_IN_P: tl.constexpr, P_CODES: tl.constexpr):
     """``grad_scores``' body."""
     K_AXIS: tl.constexpr = 1 - Q_AXIS
     m, rf, rq, deltad = qry
@@ -188,7 +191,11 @@ def _grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.con
         m_vis = visible(t_i, t_k, geo)
         b_pcf = tl.where(m_vis, b_pcf, 0.0)
         b_g = tl.where(m_vis, b_g, 0.0)
-    return b_pcf.to(CODES), b_g
+    if P_CODES is None:
+        b_pc = b_pcf.to(CODES)
+    else:  # exact: the values lie on CODES' grid (E4M3 inside BF16)
+        b_pc = b_pcf.to(P_CODES)
+    return b_pc, b_g
 
 
 @triton.jit

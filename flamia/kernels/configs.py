@@ -49,6 +49,9 @@ class Route:
     # == ``codes``; 1 NVFP4 values (the mixed route, ``fp4.score_codes``) or 2 BF16 codes
     # (``Recipe.bf16_scores``), both on the tokens' E4M3 exponents and stored as BF16.
     score_codes: int = 0
+    # dOt^ stored as BF16 values, its E4M3 codes times their step's 2^edOt (exact), so dV's
+    # product P^T dOt^ runs in BF16 and accumulates inside the MMA (NUMERICS.md 6).
+    dot_values: bool = False
 
     @property
     def rows(self) -> bool:
@@ -59,7 +62,8 @@ class Route:
 
 
 # the recipes the kernels run
-ROUTES = {"mxfp8": Route(E4M3, E4M3), "bf16": Route(BF16, BF16), "nvfp4": Route(E4M3, BF16, p4=True, score_codes=1),
+ROUTES = {"mxfp8": Route(E4M3, E4M3), "bf16": Route(BF16, BF16),
+          "nvfp4": Route(E4M3, BF16, p4=True, score_codes=1, dot_values=True),
           "fp4": Route(BF16, BF16, p4=True, all4=True)}
 # Recipe(name, bf16_scores=True): the mixed NVFP4 route's kernels with BF16 codes in S, with
 # (nvfp4) or without (mxfp8) 4-bit P (NUMERICS.md 3a)

@@ -215,7 +215,7 @@ def backward(dout: torch.Tensor, out: torch.Tensor, res: Residuals,
         do = dout.contiguous()
         go = quantize_grad_output(do, out.contiguous(), res.ro, spec.cu_seqlens_q, recipe.scale_block,
                                   tiles.bwd_block_m, res.cu_qt, fmt=fmt, transposed=not route.rows,
-                                  own_codes=grad_output_is_codes(recipe, do), **records)
+                                  own_codes=grad_output_is_codes(recipe, do), dot_values=route.dot_values, **records)
     return attention_backward(
         res.q_codes, res.q_codes_t, res.q_exps, res.k_codes, res.k_codes_t, res.k_exps, res.v_codes, res.v_exps,
         go.do_codes, go.do_exps, go.dot_codes_t, go.dot_exps, go.delta, res.m, res.ro, res.pv,

@@ -33,7 +33,7 @@ from ..formats.hadamard import HADAMARD_DIMS
 from ..validation import INPUT_DTYPES
 from .configs import BF16, E4M3, QUANTIZER, OperandFormat
 from .fp4 import e2m1_pow2, nvfp4_values, score_codes, token_group_values
-from .fp8 import abs_max, block_exponents, inf_to_nan, interpreting, pow2, to_codes, to_fp32, to_output
+from .fp8 import abs_max, block_exponents, code_grid, inf_to_nan, interpreting, pow2, to_codes, to_fp32, to_output
 from .hadamard import rotate
 from .layout import (T_ALIGN, aligned_starts, check_operand, column_offsets, mma_token_order,
                      transposed_extent, unit_columns, zero_padding)
@@ -236,11 +236,12 @@ def _quantize_grad_output_kernel(p_do, p_o, p_ro, p_do_codes, p_do_exps, p_dot_t
                                  BLOCK: tl.constexpr, RECORDS: tl.constexpr, GROUP: tl.constexpr,
                                  SIGMA: tl.constexpr, FP4: tl.constexpr, TRANSPOSED: tl.constexpr,
                                  ROW_CODES: tl.constexpr, T_ALIGN: tl.constexpr, CODES: tl.constexpr,
-                                 INTERPRET: tl.constexpr):
+                                 DOT_VALUES: tl.constexpr, INTERPRET: tl.constexpr):
     """Program ((document, unit of STEP tokens), head). FP4 (CODES bf16, exponents 0): the
     all-4-bit route's decoded values, dO^ in NVFP4 and dOt^ in 16-token groups. TRANSPOSED:
     write dOt^ (p_dot_t); its exponents are written either way. ROW_CODES: write dO^ (else
-    dO is its own BF16 codes, ``quantize_grad_output``'s own_codes); its exponents either way."""
+    dO is its own BF16 codes, ``quantize_grad_output``'s own_codes); its exponents either way.
+    DOT_VALUES (E4M3 codes): dOt^ as BF16 values, its codes times 2^edOt (exact)."""
     doc, unit = program_tile(p_work, width)
     if doc < 0:
         return
@@ -274,8 +275,11 @@ def _quantize_grad_output_kernel(p_do, p_o, p_ro, p_do_codes, p_do_exps, p_dot_t
         b_dot = tl.trans(b_dot)  # [D, STEP]
         if FP4:
             b_dot = token_group_values(b_dot)
+        DOT_CODES: tl.constexpr = tl.bfloat16 if DOT_VALUES else CODES
+        if DOT_VALUES:  # the codes' values on their step's scale: powers of two, exact in BF16
+            b_dot = code_grid(b_dot, CODES, INTERPRET) * pow2(b_et)[None, :]
         _store_transposed(p_dot_t, b_dot, _unit_cols(cu_seqlens, cu_seqlens_t, doc, unit, STEP, T_ALIGN), h, T_t, D,
-                          CODES, INTERPRET)
+                          DOT_CODES, INTERPRET)
     if RECORDS:  # records.query_records of these rows, from the values stored above (exponents as int8)
         store_query_records(p_rec, p_qe, p_pv, p_m, o_t, m_t, h, T, H, heads_kv, b_ro,
                             b_e.to(tl.int8).to(tl.int32), b_delta, GROUP, SIGMA)
@@ -492,7 +496,7 @@ def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu
                          work: torch.Tensor | None = None, q_exps: torch.Tensor | None = None,
                          pv: torch.Tensor | None = None, m: torch.Tensor | None = None,
                          sigma: int = 0, fmt: OperandFormat = E4M3, fp4: bool = False,
-                         transposed: bool = True, own_codes: bool = False) -> KernelGradOutput:
+                         transposed: bool = True, own_codes: bool = False, dot_values: bool = False) -> KernelGradOutput:
     """dO -> dO^, dOt^ and D in one launch that reads dO, O and ro once. do, o: [T, H, D]
     bf16/fp16/fp32, contiguous; ro: [H, T] fp32 (0 for invalid rows); cu_seqlens: int32
     [num_docs + 1] on do's device; block: dO^'s tokens per scale block; step: the dK/dV loop's query step
@@ -506,7 +510,9 @@ def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu
     dO^ = bf16(dO), dOt^ = bf16(dO ro), exponents 0). fp4: the all-4-bit route's values
     (fmt BF16, ``quantize_fp4.quantize_fp4_grad_output``). transposed: also write dOt^ (else
     ``dot_codes_t`` is None; its exponents are written either way). own_codes: do is bf16 and
-    fmt BF16, so dO^ = bf16(dO) is do's own bits: ``do_codes`` is do itself, not written."""
+    fmt BF16, so dO^ = bf16(dO) is do's own bits: ``do_codes`` is do itself, not written.
+    dot_values (fmt E4M3, transposed): dOt^ as bfloat16 values, each code times its step's
+    2^edOt (exact), for a dV product in BF16 (``configs.Route.dot_values``)."""
     _check_rows(do, "do")
     _check_rows(o, "o")
     if o.shape != do.shape:
@@ -521,6 +527,9 @@ def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu
     if fp4 and (fmt != BF16 or not transposed):
         raise ValueError(f"fp4: the all-4-bit route writes bf16 values and dOt^, got the {fmt.name} format and "
                          f"transposed={transposed}")
+    if dot_values and (fmt != E4M3 or not transposed):
+        raise ValueError(f"dot_values: BF16 values of E4M3 dOt^ codes need the E4M3 format and transposed=True, got "
+                         f"the {fmt.name} format and transposed={transposed}")
     if own_codes and (fmt != BF16 or fp4 or do.dtype != torch.bfloat16):
         raise ValueError(f"own_codes: needs bf16 do and the BF16 format without fp4, got do {do.dtype}, the "
                          f"{fmt.name} format and fp4={fp4}")
@@ -528,7 +537,7 @@ def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu
     do_codes = do if own_codes else torch.empty((total, heads, d), dtype=fmt.torch_dtype, device=dev)
     do_exps = torch.empty((total, heads), dtype=torch.int8, device=dev)
     cu_t = aligned_starts(cu_seqlens) if cu_seqlens_t is None else cu_seqlens_t
-    dot_codes_t = _transposed_codes(heads, d, total, cu_seqlens, fmt) if transposed else None
+    dot_codes_t = _transposed_codes(heads, d, total, cu_seqlens, BF16 if dot_values else fmt) if transposed else None
     dot_exps = torch.empty((total, heads), dtype=torch.int8, device=dev)
     delta = torch.empty((heads, total), dtype=torch.float32, device=dev)
     records, heads_kv = None, 1
@@ -557,6 +566,7 @@ def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu
             launch(fp4_grad_output_kernel, grid, *outputs, **common, num_warps=_group_warps(step, d))
         else:
             launch(_quantize_grad_output_kernel, grid, *outputs, **common, BLOCK=block, FP4=fp4,
-                   TRANSPOSED=transposed, ROW_CODES=not own_codes, CODES=fmt.codes, INTERPRET=interpreting(),
+                   TRANSPOSED=transposed, ROW_CODES=not own_codes, CODES=fmt.codes, DOT_VALUES=dot_values,
+                   INTERPRET=interpreting(),
                    num_warps=4)
     return KernelGradOutput(do_codes, do_exps, dot_codes_t, dot_exps, delta, cu_t, records)
