@@ -143,7 +143,9 @@ def resolve_seed(seed, recipe: Recipe) -> int:
         raise ValueError(f"seed: expected None or an int in [0, 2^63), got {seed!r}")
     if not recipe.rounds_grad_stochastically:
         return 0
-    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+    # Not asked while torch.compile traces: dynamo cannot branch on the query (it is not a
+    # tensor), and a compiled call's graphs are captured later, where no Python runs.
+    if not torch.compiler.is_compiling() and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
         warnings.warn(f"seed: recipe {recipe.name!r} rounds stochastically and this call is being captured in a CUDA "
                       "graph, which replays the random bits of its capture on every replay (NUMERICS.md 6)",
                       stacklevel=3)
