@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The GPU gate: everything a change to the kernels must pass on a Hopper machine, in one call
-# under ~9 minutes (H200), with a PASS/FAIL summary table at the end.
+# The GPU gate: everything a change to the kernels must pass on a Hopper machine, with a
+# PASS/FAIL summary table at the end (about 9 minutes on an H200 without device-tests; --only
+# splits it over calls).
 #
 #   benchmarks/gpu_gate.sh [--quick] [--only STEP,...] [--triton BUNDLE]   (from anywhere; runs from the
 #                                                                         repository root)
@@ -11,6 +12,10 @@
 #                  tests in GATE_SHARDS concurrent pytest processes, default 6; GATE_TESTS_S,
 #                  default 330 s: an H100 needs more, e.g. GATE_TESTS_S=375 GATE_BUDGET_S=585,
 #                  about 200 s for the rest)
+#   device-tests   benchmarks/gpu_tests.py --marker "not gpu" on the test modules that run on
+#                  CUDA when it is present (DEVICE = "cuda" if torch.cuda.is_available() ...):
+#                  the CPU suite's kernel tests on the GPU, which -m gpu leaves out
+#                  (GATE_DEVICE_TESTS_S, default 240 s; not in --quick)
 #   probe          flamia probe --recipe mxfp8           (verdict block-local or exact)
 #   probe-exact    flamia probe --recipe mxfp8 --exact   (verdict exact)
 #   accuracy       flamia accuracy --recipe mxfp8 on 4 x 4096 tokens, 16 heads, d=128, causal
@@ -40,7 +45,7 @@
 # on PYTHONPATH, with the machine's CUDA ptxas (the bundle has none).
 set -uo pipefail
 
-usage() { sed -n '2,40p' "$0" >&2; exit 2; }
+usage() { sed -n '2,45p' "$0" >&2; exit 2; }
 quick=0
 bundle=
 only=
@@ -206,6 +211,9 @@ if [[ $quick == 1 ]]; then
         tests/test_gpu_properties.py
 else
     step gpu-tests pytest "${GATE_TESTS_S:-330}" "$PY" benchmarks/gpu_tests.py tests/ --ignore=tests/test_peer_attention.py
+    mapfile -t device_modules < <(grep -l '^DEVICE = "cuda" if torch.cuda.is_available()' tests/test_*.py)
+    step device-tests pytest "${GATE_DEVICE_TESTS_S:-240}" "$PY" benchmarks/gpu_tests.py --marker "not gpu" \
+        "${device_modules[@]}"
 fi
 step probe probe 60 "$PY" -m flamia probe --recipe mxfp8
 step probe-exact probe-exact 60 "$PY" -m flamia probe --recipe mxfp8 --exact

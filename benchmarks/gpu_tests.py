@@ -1,6 +1,8 @@
 """Run the gpu-marked tests in parallel pytest processes on one GPU, for the GPU gate.
 
-    python3 benchmarks/gpu_tests.py [--shards N] [PYTEST_ARGS...]   (default: tests/, $GATE_SHARDS or 6 shards)
+    python3 benchmarks/gpu_tests.py [--shards N] [--marker EXPR] [PYTEST_ARGS...]
+        (default: tests/, $GATE_SHARDS or 6 shards, -m gpu; the gate's device-tests step passes
+        --marker "not gpu" for the tests that run on CUDA when it is present)
 
 The ~180 gpu tests spend most of their time in Python (the emulator they compare against,
 compiles, checks), not on the GPU, so one process leaves the GPU idle and the gate's budget
@@ -28,7 +30,7 @@ COUNTED = ("passed", "failed", "errors", "error", "skipped", "xfailed")
 FINAL_LINE = re.compile(r"\d+ (passed|failed|errors?|skipped|xfailed)\b.* in [\d.]+s")  # pytest's last line
 # one test's result as a shard streams it: "[shard] seconds path::test[id] PASSED [ 12%]"
 RESULT_LINE = re.compile(r"^\[\d+\] +[\d.]+s \S+::\S+ (PASSED|FAILED|ERROR|SKIPPED|XFAIL)\b", re.M)
-COLLECTED_LINE = re.compile(r"^collected (\d+) gpu tests", re.M)
+COLLECTED_LINE = re.compile(r"^collected (\d+) tests", re.M)
 
 
 def streamed_counts(text: str) -> dict[str, int]:
@@ -45,20 +47,20 @@ def streamed_counts(text: str) -> dict[str, int]:
     return counts
 
 
-def collect(args: list[str]) -> list[str]:
-    out = subprocess.run(PYTEST + ["-q", "--collect-only", "-m", "gpu", *args], capture_output=True, text=True)
+def collect(marker: str, args: list[str]) -> list[str]:
+    out = subprocess.run(PYTEST + ["-q", "--collect-only", "-m", marker, *args], capture_output=True, text=True)
     ids = [line for line in out.stdout.splitlines() if "::" in line]
     if out.returncode not in (0, 5):
         sys.exit(f"gpu_tests: collection failed (exit {out.returncode}):\n{out.stdout[-3000:]}{out.stderr[-3000:]}")
     return ids
 
 
-def run_shard(index: int, ids: list[str]) -> tuple[int, str]:
+def run_shard(index: int, marker: str, ids: list[str]) -> tuple[int, str]:
     """One shard's pytest, each line of its output printed as it comes, prefixed with the
     shard's number and the seconds since the shard started, so a run stopped by a timeout
     still shows how far each shard got and which tests took the time."""
     start = time.perf_counter()
-    proc = subprocess.Popen(PYTEST + ["-v", "-m", "gpu", "--durations=5", *ids], stdout=subprocess.PIPE,
+    proc = subprocess.Popen(PYTEST + ["-v", "-m", marker, "--durations=5", *ids], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     lines = []
     for line in proc.stdout:
@@ -72,18 +74,19 @@ def main() -> int:
     # a string default goes through type=int, so a bad $GATE_SHARDS is named as --shards' value
     parser.add_argument("--shards", type=int, default=os.environ.get("GATE_SHARDS", "6"),
                         help="concurrent pytest processes (default: $GATE_SHARDS, else 6)")
+    parser.add_argument("--marker", default="gpu", help="the tests' marker expression, pytest's -m (default: gpu)")
     known, rest = parser.parse_known_args()
     if known.shards < 1:
         parser.error(f"--shards must be >= 1, got {known.shards}")
-    ids = collect(rest or ["tests/"])
+    ids = collect(known.marker, rest or ["tests/"])
     if not ids:
-        print("no tests ran: 0 gpu tests collected")
+        print(f"no tests ran: 0 tests collected (-m {known.marker})")
         return 5
     n = min(known.shards, len(ids))
-    print(f"collected {len(ids)} gpu tests, {n} shards", flush=True)
+    print(f"collected {len(ids)} tests (-m {known.marker}), {n} shards", flush=True)
     start = time.perf_counter()
     with ThreadPoolExecutor(n) as pool:
-        results = list(pool.map(run_shard, range(n), [ids[i::n] for i in range(n)]))
+        results = list(pool.map(run_shard, range(n), [known.marker] * n, [ids[i::n] for i in range(n)]))
     totals: dict[str, int] = {}
     for _, text in results:
         summary = [line for line in text.splitlines() if FINAL_LINE.search(line)]

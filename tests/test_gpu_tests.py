@@ -22,11 +22,11 @@ def test_unmarked():
 '''
 
 
-def _run_fake_tests(tmp_path) -> subprocess.CompletedProcess:
+def _run_fake_tests(tmp_path, *options: str) -> subprocess.CompletedProcess:
     """gpu_tests.py over _TESTS in two shards, from tmp_path."""
     (tmp_path / "test_fake.py").write_text(_TESTS)
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    gpu: needs a GPU\n")
-    return subprocess.run([sys.executable, str(SCRIPT), "--shards", "2", "test_fake.py"], cwd=tmp_path,
+    return subprocess.run([sys.executable, str(SCRIPT), "--shards", "2", *options, "test_fake.py"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -70,3 +70,15 @@ def test_a_timed_out_run_is_counted_from_its_streamed_lines(tmp_path):
     note = _gate_parse(tmp_path, "pytest", text, 124)
     assert note == (f"FAIL\t{shown['passed']} of 5 passed, {shown.get('failed', 0)} failed; timed out"
                     + "".join(f"; FAILED {t}" for t in re.findall(r"(\S+) FAILED", text))), note
+
+
+def test_the_device_tests_step_runs_the_unmarked_tests_of_the_modules_that_take_cuda(tmp_path):
+    """The gate's device-tests step: --marker "not gpu" deals out the other tests, and its grep
+    finds the test modules that run on CUDA when it is present."""
+    run = _run_fake_tests(tmp_path, "--marker", "not gpu")
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert run.stdout.splitlines()[0] == "collected 1 tests (-m not gpu), 1 shards"
+    assert re.fullmatch(r"1 passed in [\d.]+s \(1 tests, 1 shards\)", run.stdout.splitlines()[-1])
+    grep = re.search(r"grep -l '.*?' tests/test_\*\.py", GATE.read_text()).group(0)
+    found = subprocess.run(["bash", "-c", grep], cwd=GATE.parents[1], capture_output=True, text=True).stdout.split()
+    assert {"tests/test_stochastic.py", "tests/test_kernel_bwd.py", "tests/test_kernel_quantize.py"} <= set(found)
