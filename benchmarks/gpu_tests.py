@@ -1,4 +1,5 @@
-"""Run the gpu-marked tests in parallel pytest processes on one GPU, for the GPU gate.
+"""Run the gpu-marked tests (or those of another marker) in parallel pytest processes on one GPU,
+for the GPU gate.
 
     python3 benchmarks/gpu_tests.py [--shards N] [--marker EXPR] [PYTEST_ARGS...]
         (default: tests/, $GATE_SHARDS or 6 shards, -m gpu; the gate's device-tests step passes

@@ -115,8 +115,8 @@ def assert_unseen_rows_zero(got, want, lens_q, lens_k, causal, window):
                        causal, window)  # [lq, lk]
         q_unseen.append(~seen.any(1))
         k_unseen.append(~seen.any(0))
-    rows = (torch.cat(q_unseen), *[torch.cat(k_unseen)] * 2)
-    for name, a, b, r in zip(("dq", "dk", "dv"), got, want, rows):
+    q_rows, k_rows = torch.cat(q_unseen), torch.cat(k_unseen)
+    for name, a, b, r in zip(("dq", "dk", "dv"), got, want, (q_rows, k_rows, k_rows)):
         r = r.to(a.device)
         assert not b[r].any() and not a[r].any(), f"{name}: rows that see nothing are not zero"
 

@@ -50,7 +50,7 @@ class Route:
     # (``Recipe.bf16_scores``), both on the tokens' E4M3 exponents and stored as BF16.
     score_codes: int = 0
     # dOt^ stored as BF16 values, its E4M3 codes times their step's 2^edOt (exact), so dV's
-    # product P^T dOt^ runs in BF16 and accumulates inside the MMA (NUMERICS.md 6).
+    # product P^T dOt^ runs in BF16 and accumulates inside the MMA (NUMERICS.md 4).
     dot_values: bool = False
 
     @property

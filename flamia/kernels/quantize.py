@@ -567,6 +567,5 @@ def quantize_grad_output(do: torch.Tensor, o: torch.Tensor, ro: torch.Tensor, cu
         else:
             launch(_quantize_grad_output_kernel, grid, *outputs, **common, BLOCK=block, FP4=fp4,
                    TRANSPOSED=transposed, ROW_CODES=not own_codes, CODES=fmt.codes, DOT_VALUES=dot_values,
-                   INTERPRET=interpreting(),
-                   num_warps=4)
+                   INTERPRET=interpreting(), num_warps=4)
     return KernelGradOutput(do_codes, do_exps, dot_codes_t, dot_exps, delta, cu_t, records)
