@@ -13,6 +13,7 @@ from flamia import Recipe
 from flamia.formats import E2M1_VALUES, round_to_e2m1_stochastic
 from flamia.formats.random_bits import ROUND_BITS, grad_bits, round_bits, row_key
 from flamia.kernels.bwd_math import grad_words
+from flamia.kernels.random_bits import grad_row_parts, row_part
 from flamia.workload import make_packed_inputs
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -23,8 +24,9 @@ def _grad_words_kernel(p_out, p_rows, p_keys, seed, row0, key0, N: tl.constexpr,
     o_n, o_m = tl.arange(0, N), tl.arange(0, M)
     rows, keys = tl.load(p_rows + o_n), tl.load(p_keys + o_m)
     o_out = o_n[:, None] * M + o_m[None, :]  # [N, M]
-    tl.store(p_out + o_out, grad_words((seed, row0, key0), rows, keys, 0, 0).to(tl.int32, bitcast=True))
-    tl.store(p_out + N * M + o_out, grad_words((seed, row0, key0), rows, keys, 0, 1).to(tl.int32, bitcast=True))
+    for stream in tl.static_range(2):
+        b_word = grad_words(row_part(seed, row0, rows, stream), key0, keys, 0)
+        tl.store(p_out + stream * N * M + o_out, b_word.to(tl.int32, bitcast=True))
 
 
 @pytest.mark.parametrize("seed", [0, 1, 987654321, 2 ** 40 + 7, 2 ** 63 - 1])
@@ -40,11 +42,24 @@ def test_kernel_words_are_the_emulators(seed):
     assert torch.equal(out.cpu().long() & 0xFFFFFFFF, torch.cat(want).flatten())
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2 ** 64 - 1])
+def test_row_parts_launch_is_the_emulators(seed):
+    """``grad_row_parts``: every packed row h Tq + i of both streams, past one program's rows,
+    holds its row key after mix32's first step (x ^ x >> 16)."""
+    heads, total = 3, 701
+    parts = grad_row_parts(seed, heads, total, DEVICE)
+    assert parts.shape == (2, heads, total) and parts.dtype == torch.int32
+    for stream in (0, 1):
+        key = row_key(seed, stream, torch.arange(heads * total))
+        assert torch.equal(parts[stream].flatten().cpu().long() & 0xFFFFFFFF, key ^ (key >> 16))
+
+
 def test_seeds_out_of_range_are_named():
-    with pytest.raises(ValueError, match="seed"):
-        row_key(-1, 0, torch.zeros(1))
-    with pytest.raises(ValueError, match="seed"):
-        row_key(2 ** 64, 0, torch.zeros(1))
+    for seed in (-1, 2 ** 64):
+        with pytest.raises(ValueError, match="seed"):
+            row_key(seed, 0, torch.zeros(1))
+        with pytest.raises(ValueError, match="seed"):
+            grad_row_parts(seed, 1, 1, DEVICE)
 
 
 def test_words_look_like_independent_uniform_bits():

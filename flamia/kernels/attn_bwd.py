@@ -34,7 +34,7 @@ from .configs import BF16, E4M3, SUPPORTED_HEAD_DIMS, AttnTiles, format_of
 from .attn_dkdv_gluon import dkdv_descriptors, dkdv_gluon_kernel, query_record_layout
 from .attn_dq_gluon import dq_descriptors, dq_gluon_kernel
 from .bwd_math import (doc_bounds, forward_diagonal, grad_scores, grad_words, masked_step, query_factors,
-                       row_scaled_codes, step_range, store_dq)
+                       row_parts, row_scaled_codes, step_range, store_dq)
 from .fp4 import e2m1_grad
 from .fp8 import interpreting, maybe_masked_load, mma, mul_rn, pow2, pow2_reciprocal, to_codes, to_output
 from .hadamard import rotate
@@ -42,6 +42,7 @@ from .layout import check_operand, mma_token_order, transposed_extent
 from .records import block_key_records, key_records, query_fields, query_records, record_factors
 from .worklist import list_extent, program_tile, tile_list
 from .launch import PACKING_INTS, cdiv, launch
+from .random_bits import grad_row_parts
 
 LOG2E = math.log2(math.e)
 
@@ -121,7 +122,8 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_r
     tq_t), p_rec as ``query_factors``, p_dote (dot_exps) and p_dqa: all at the document's
     first row (column) and the head; span_q: the document's transposed span (``doc_bounds``);
     diag: the step lies in a diagonal forward tile (``forward_diagonal``; P4 only); GRAD4 and
-    rng: the all-4-bit route's G (``_add_row_scaled_mma``, ``grad_words``'s rng). ROWS (the bf16
+    rng: the all-4-bit route's G (``_add_row_scaled_mma``; rng = (the dK stream's row parts at
+    the document's first row, its first packed key), ``bwd_math.row_parts``). ROWS (the bf16
     recipe, NUMERICS.md 4a): dK = G^T Q^ and dV = bf16(P^ ro)^T dO^ on the row codes; p_cols
     is None. DOT_CODES: dOt^'s format; BF16 beside E4M3 CODES holds the codes' values times
     their 2^edOt (``configs.Route.dot_values``), so dV's product runs on BF16 P^ and
@@ -157,7 +159,7 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_r
     # dK's payload rows are keys: 2^eK and 2^-eV are constant along a row, the epilogue's.
     b_word = None
     if GRAD4 == 2:
-        b_word = grad_words(rng, o_i, o_k, 1, 1)  # [BN, BM]
+        b_word = grad_words(row_parts(rng[0], o_i, geo[0]), rng[1], o_k, 1)  # [BN, BM]
     acc_dk = _add_row_scaled_mma(acc_dk, b_wt, b_qb, CODES, INTERPRET, GRAD4,
                                  b_word)  # W^T is G^T 2^(eV - eK)
     if DQ_ATOMIC:  # dQ's payload G, whose query's 2^eQ the atomic sum leaves out
@@ -169,7 +171,7 @@ def _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, i0, p_rows, p_cols, p_r
 @triton.jit(do_not_specialize=PACKING_INTS)
 def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_krec, p_cu_q, p_cu_k, p_cu_qt,
                  p_cu_kt, p_work, width, p_dk, p_dv, p_dqa, s2, scale, inv_sqrt_d, wl, wr, total_q, total_k, heads_q,
-                 tq_t, tk_t, seed,
+                 tq_t, tk_t, p_rk,
                  GROUP: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
                  BN: tl.constexpr, SCALE_BLOCK: tl.constexpr, ROTATE_STAGES: tl.constexpr, DQ_ATOMIC: tl.constexpr,
                  CODES: tl.constexpr, P4: tl.constexpr, FBM: tl.constexpr, FBN: tl.constexpr,
@@ -179,8 +181,9 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_krec,
     ROTATE_STAGES > 0); with DQ_ATOMIC, also the tile's dQ payloads, added to the fp32
     accumulator p_dqa [Tq, Hq, D] (p_kt, tk_t: K^T codes; unused otherwise). The work list
     (``worklist.tile_list``) puts long documents first and, in each, tile 0: under a causal
-    mask it sees the most queries. GRAD4: ``_add_row_scaled_mma``'s, its random-bit seed ``seed``
-    (None unless GRAD4 is 2); ROWS and DOT_CODES: ``_dkdv_step``'s."""
+    mask it sees the most queries. GRAD4: ``_add_row_scaled_mma``'s, with p_rk the dK stream's
+    ``random_bits.grad_row_parts`` [Hq, Tq] (None unless GRAD4 is 2); ROWS and DOT_CODES:
+    ``_dkdv_step``'s."""
     doc, tile = program_tile(p_work, width)
     if doc < 0:
         return
@@ -218,7 +221,9 @@ def _dkdv_kernel(p_q, p_qt, p_k, p_kt, p_v, p_do, p_dott, p_dote, p_rec, p_krec,
         p_cols = None if ROWS else (p_qt + o_qt, p_dott + o_qt)
         p_rec_h = p_rec + (h_q * total_q + q_start) * 4
         p_dqa_h = p_dqa + o_qd
-        rng = (seed, h_q * total_q + q_start, k_start)
+        rng = (p_rk, k_start)  # p_rk: None unless GRAD4 == 2
+        if GRAD4 == 2:
+            rng = (p_rk + h_q * total_q + q_start, k_start)
         for j in range(full_lo, full_hi):
             acc_dk, acc_dv = _dkdv_step(acc_dk, acc_dv, b_k, b_v, b_kt, key, o_k, j * BM, p_rows, p_cols, p_rec_h,
                                         p_dote + o_qe, p_dqa_h, geo, span_q, heads_q, tq_t,
@@ -250,7 +255,8 @@ def _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt, p_krec, n_k, geo, s
     scale block of SCALE_BLOCK keys, ``block_key_records``; n_k: the keys it holds from there):
     all at the document's first key (column) and the KV head; span_k: the document's transposed
     span; diag: the step lies in a diagonal forward tile (``forward_diagonal``; P4 only). GRAD4
-    and rng: the all-4-bit route's G (``_add_row_scaled_mma``, ``grad_words``); its steps on
+    and rng: the all-4-bit route's G (``_add_row_scaled_mma``; rng = (the tile rows' parts of
+    the dQ stream, the document's first packed key), ``grad_words``); its steps on
     diagonal dQ tiles (diag_k) read K^T with per-key scales: p_kt = (K^T, that K^T) there.
     ROWS (the bf16 recipe): dQ = G K^ on the row codes; p_kt is None."""
     p_k, p_v = p_rows
@@ -264,7 +270,7 @@ def _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt, p_krec, n_k, geo, s
         if diag_k:
             p_kt = p_ktd
         if GRAD4 == 2:
-            b_word = grad_words(rng, o_i, o_k, 0, 0)  # [BM, BN]
+            b_word = grad_words(rng[0], rng[1], o_k, 0)  # [BM, BN]
     if ROWS:  # keys past the document load as zeros under MASK, as the transposed codes hold them
         b_kb = b_k
     else:
@@ -282,15 +288,15 @@ def _dq_step(acc, b_q, b_do, qx, qry, o_i, k0, p_rows, p_kt, p_krec, n_k, geo, s
 @triton.jit(do_not_specialize=PACKING_INTS)
 def _dq_kernel(p_q, p_k, p_kt, p_v, p_do, p_rec, p_krec, p_cu_q, p_cu_k, p_cu_qt, p_cu_kt, p_work, width, p_dq,
                s2, scale,
-               inv_sqrt_d, wl, wr, total_q, total_k, heads_q, tk_t, p_ktd, seed, GROUP: tl.constexpr,
+               inv_sqrt_d, wl, wr, total_q, total_k, heads_q, tk_t, p_ktd, p_rk, GROUP: tl.constexpr,
                D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, SCALE_BLOCK: tl.constexpr,
                ROTATE_STAGES: tl.constexpr, CODES: tl.constexpr, P4: tl.constexpr, FBM: tl.constexpr,
                FBN: tl.constexpr, GRAD4: tl.constexpr, ROWS: tl.constexpr, INTERPRET: tl.constexpr):
     """Program ((document, query tile), query head): dQ [BM, D] of the tile in p_dq's dtype
     (rotated back when ROTATE_STAGES > 0). The work list puts long documents first and, in
     each, the last tile: under a causal mask it sees the most keys. GRAD4 (``_dq_step``'s):
-    p_ktd, K^T with per-key scales laid out as p_kt, and the random-bit seed (None when unused);
-    ROWS: ``_dq_step``'s."""
+    p_ktd, K^T with per-key scales laid out as p_kt, and p_rk, the dQ stream's
+    ``random_bits.grad_row_parts`` [Hq, Tq] (None unless GRAD4 is 2); ROWS: ``_dq_step``'s."""
     doc, tile = program_tile(p_work, width)
     if doc < 0:
         return
@@ -314,7 +320,9 @@ def _dq_kernel(p_q, p_k, p_kt, p_v, p_do, p_rec, p_krec, p_cu_q, p_cu_k, p_cu_qt
     p_kt_doc = None if ROWS else p_kt + o_kt
     if GRAD4 > 0:
         p_kt_doc = (p_kt_doc, p_ktd + o_kt)
-    rng = (seed, h_q * total_q + q_start, k_start)
+    rng = (p_rk, k_start)  # the tile rows' parts of G's random words, where GRAD4 == 2
+    if GRAD4 == 2:
+        rng = (row_parts(p_rk + h_q * total_q + q_start, o_i, len_q), k_start)
     p_krec_doc = p_krec + h_k * total_k + k_start
     # Query i sees the keys k with i + off - wl <= k <= i + off + wr.
     lo, hi, full_lo, full_hi = step_range(i0, len_q, len_k, len_k - len_q, wl, wr, BM, BN)
@@ -465,8 +473,9 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
                 total_q=tq, total_k=tk, heads_q=hq, GROUP=hq // hkv, D=d,
                 ROTATE_STAGES=d.bit_length() - 1 if rotate else 0, CODES=fmt.codes, P4=p4, FBM=tiles.fwd_block_m,
                 FBN=tiles.diag_block_n, INTERPRET=interpreting())
-    # the all-4-bit route's G rounding (the seed specialized away when unused)
-    rounding = dict(seed=seed if grad4 == 2 else None, GRAD4=grad4)
+    # the all-4-bit route's G rounding: each kernel's stream of the rows' random-word parts
+    parts = grad_row_parts(seed, hq, tq, dev) if grad4 == 2 else (None, None)
+    dq_rounding, dkdv_rounding = (dict(p_rk=part, GRAD4=grad4) for part in parts)
     # dq_atomic: the dK/dV kernel adds every dQ payload into an fp32 [Tq, Hq, D] buffer
     # (zeroed here, inside the captured call), which one more pass scales and stores.
     dq_sums = torch.zeros((tq, hq, d), dtype=torch.float32, device=dev) if tiles.dq_atomic else dq
@@ -488,13 +497,13 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
                cu_seqlens_k_t, dkdv_work, dkdv_work.shape[1], dk, dv, BM=tiles.bwd_block_m, BN=tiles.bwd_block_n,
                SCALE_BLOCK=scale_block, STAGES=tiles.bwd_stages, REC_L=query_record_layout(32),
                ROWS=rows, DOT_CODES=dot.codes, num_warps=tiles.bwd_warps, maxnreg=tiles.dkdv_maxnreg, **gluon_args,
-               **rounding)
+               **dkdv_rounding)
     else:
         launch(_dkdv_kernel, grid, q_codes, q_codes_t, k_codes, k_codes_t, v_codes, do_codes, dot_codes_t, dot_exps,
                records, key_rec, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, dkdv_work,
                dkdv_work.shape[1], dk, dv, dq_sums, tq_t=tq_t, tk_t=tk_t, BM=tiles.bwd_block_m, BN=tiles.bwd_block_n,
                SCALE_BLOCK=scale_block, DQ_ATOMIC=tiles.dq_atomic, ROWS=rows, DOT_CODES=dot.codes,
-               num_warps=tiles.bwd_warps, num_stages=tiles.bwd_stages, **args, **rounding)
+               num_warps=tiles.bwd_warps, num_stages=tiles.bwd_stages, **args, **dkdv_rounding)
     if tiles.dq_atomic:
         grid = (cdiv(tq, tiles.dq_block_m), hq)
         # the dQ kernel's epilogue constants, from the same dict
@@ -512,10 +521,10 @@ def attention_backward(q_codes, q_codes_t, q_exps, k_codes, k_codes_t, k_exps, v
         launch(dq_gluon_kernel, grid, *descs, records, key_rec, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q_t,
                cu_seqlens_k_t, dq_work, dq_work.shape[1], dq, ktd_desc=ktd_desc, BM=tiles.dq_block_m,
                BN=tiles.dq_block_n, SCALE_BLOCK=scale_block, STAGES=tiles.dq_stages, ROWS=rows,
-               num_warps=tiles.dq_warps, **gluon_args, **rounding)
+               num_warps=tiles.dq_warps, **gluon_args, **dq_rounding)
         return dq, dk, dv
     launch(_dq_kernel, grid, q_codes, k_codes, k_codes_t, v_codes, do_codes, records, key_rec, cu_seqlens_q,
            cu_seqlens_k, cu_seqlens_q_t, cu_seqlens_k_t, dq_work, dq_work.shape[1], dq, tk_t=tk_t,
            p_ktd=k_codes_t_diag, BM=tiles.dq_block_m, BN=tiles.dq_block_n, SCALE_BLOCK=scale_block, ROWS=rows,
-           num_warps=tiles.dq_warps, num_stages=tiles.dq_stages, **args, **rounding)
+           num_warps=tiles.dq_warps, num_stages=tiles.dq_stages, **args, **dq_rounding)
     return dq, dk, dv

@@ -35,7 +35,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
 from .bwd_math import (doc_bounds, e2m1_payload, forward_diagonal, grad_scores, masked_step, query_factors,
-                       row_scaled_codes, step_range)
+                       row_parts, row_scaled_codes, step_range)
 from .fp8 import E4M3_EQ, E4M3_MQ, mul_rn, pow2, pow2_reciprocal, scale_exponent, to_codes, to_e4m3, to_output
 from .gluon_tma import (WARPS, code_descriptors, copy_barriers, descriptor, mma_layout, register_a_layout, relayout,
                         tma_load, wait_copy, zero_rows_from)
@@ -178,7 +178,7 @@ def _pair_scaled_codes(b_w0, b_w1):
 @gluon.jit(do_not_specialize=PACKING_INTS)
 def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_desc, p_dote, p_krec, p_cu_q, p_cu_k,
                       p_cu_qt, p_cu_kt, p_work, width, p_dk, p_dv, s2, scale, inv_sqrt_d, wl, wr, total_q, total_k,
-                      heads_q, seed, GROUP: gl.constexpr, D: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
+                      heads_q, p_rk, GROUP: gl.constexpr, D: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
                       SCALE_BLOCK: gl.constexpr, STAGES: gl.constexpr, ROTATE_STAGES: gl.constexpr,
                       REC_L: gl.constexpr, CODES: gl.constexpr, P4: gl.constexpr, FBM: gl.constexpr,
                       FBN: gl.constexpr, SCORE_CODES: gl.constexpr, GRAD4: gl.constexpr, ROWS: gl.constexpr,
@@ -189,10 +189,11 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
     SCALE_BLOCK keys from the document's start), and REC_L
     (``query_record_layout(32)``) the layout of a half-step's [32, 4] query records. BM is 32
     or 64 (``AttnTiles`` checks it). K^ and Q^ in SCORE_CODES (the mixed NVFP4 route's bf16
-    beside E4M3 codes). GRAD4 and seed (None unless GRAD4 is 2): the all-4-bit route's E2M1
-    G^T, as the Triton kernel's, in groups of 16 queries (a half holds two). ROWS (the bf16
-    recipe, NUMERICS.md 4a): dK = G^T Q^ and dV = bf16(P^ ro)^T dO^ read the row codes (wgmma
-    takes BF16 B MN-major), so Q^T and dOt^T are neither copied nor given shared memory.
+    beside E4M3 codes). GRAD4 and p_rk (the dK stream's ``random_bits.grad_row_parts``; None
+    unless GRAD4 is 2): the all-4-bit route's E2M1 G^T, as the Triton kernel's, in groups of 16
+    queries (a half holds two). ROWS (the bf16 recipe, NUMERICS.md 4a): dK = G^T Q^ and
+    dV = bf16(P^ ro)^T dO^ read the row codes (wgmma takes BF16 B MN-major), so Q^T and dOt^T
+    are neither copied nor given shared memory.
     DOT_CODES: dOt^T's format, the Triton kernel's (BF16 beside E4M3 CODES: dV's product in
     BF16 on P^'s values, accumulating inside the MMA)."""
     SUB: gl.constexpr = 32  # queries per S^T, dP^T product: a step of BM queries takes BM / SUB of them
@@ -276,6 +277,14 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
             # dOt^ has one exponent per query step: read it at the step's first row (inside the
             # document). BF16 dOt^ carries its own (0 for BF16 codes).
             e_dot = gl.load(p_dote + (q_start + j * BM) * heads_q + h_q).to(gl.int32)
+        # Each half's rows' parts of G's random words (GRAD4 2), loaded under its products.
+        rng0 = (p_rk, k_start)
+        rng1 = rng0  # one half: unused
+        if GRAD4 == 2:
+            p_rk_doc = p_rk + h_q.to(gl.int64) * total_q + q_start
+            rng0 = (row_parts(p_rk_doc, j * BM + o_j, len_q), k_start)
+            if BM == 2 * SUB:
+                rng1 = (row_parts(p_rk_doc, j * BM + SUB + o_j, len_q), k_start)
         # Each half's query factors are read and decoded while its S^T and dP^T run (the
         # step's records came with its codes: _issue_scores waited for them).
         qg, qry = _half_factors(rec_s.index(slot).slice(0, SUB), REC_L, QRY, SCALE_BLOCK)
@@ -307,11 +316,10 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
             acc_dv = _step_product(b_pc0, b_pc1, dott_s.index(slot), BM, DV_A_L, DOT_CODES, ROWS, acc_dv)
         # dK's payload rows are keys: 2^eK and 2^-eV are constant along a row, the epilogue's.
         if GRAD4 > 0:  # E2M1 with its scales folded in, exact in BF16: accumulates as BF16 does
-            rng = (seed, h_q.to(gl.int64) * total_q + q_start, k_start)
-            b_gc0 = to_codes(relayout(e2m1_payload(b_w0, rng, j * BM + o_j, o_k, 1, GRAD4), S_L), CODES, False)
+            b_gc0 = to_codes(relayout(e2m1_payload(b_w0, rng0, o_k, 1, GRAD4), S_L), CODES, False)
             b_gc1 = b_gc0  # one half: unused
             if BM == 2 * SUB:
-                b_gc1 = to_codes(relayout(e2m1_payload(b_w1, rng, j * BM + SUB + o_j, o_k, 1, GRAD4), S_L), CODES,
+                b_gc1 = to_codes(relayout(e2m1_payload(b_w1, rng1, o_k, 1, GRAD4), S_L), CODES,
                                  False)
         elif CODES == gl.bfloat16:                                   # W^T is G^T 2^(eV - eK)
             b_gc0, b_gc1 = to_codes(b_w0, CODES, False), to_codes(b_w1, CODES, False)  # no scale

@@ -23,7 +23,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
 from .bwd_math import (doc_bounds, e2m1_payload, forward_diagonal, grad_scores, masked_step, query_factors,
-                       row_scaled_codes, step_range, store_dq)
+                       row_parts, row_scaled_codes, step_range, store_dq)
 from .fp8 import pow2_reciprocal, to_codes
 from .gluon_tma import (WARPS, code_descriptors, copy_barriers, mma_layout, register_a_layout, relayout, tma_load,
                         wait_copy, zero_rows_from)
@@ -86,7 +86,7 @@ def _step(n, n_full, lo, full_lo, full_hi):
 
 @gluon.jit(do_not_specialize=PACKING_INTS)
 def dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, kt_desc, p_rec, p_krec, p_cu_q, p_cu_k, p_cu_qt, p_cu_kt,
-                    p_work, width, p_dq, s2, scale, inv_sqrt_d, wl, wr, total_q, total_k, heads_q, ktd_desc, seed,
+                    p_work, width, p_dq, s2, scale, inv_sqrt_d, wl, wr, total_q, total_k, heads_q, ktd_desc, p_rk,
                     GROUP: gl.constexpr, D: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
                     SCALE_BLOCK: gl.constexpr, STAGES: gl.constexpr, ROTATE_STAGES: gl.constexpr,
                     CODES: gl.constexpr, P4: gl.constexpr, FBM: gl.constexpr, FBN: gl.constexpr,
@@ -94,10 +94,11 @@ def dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, kt_desc, p_rec, p_krec, p_c
     """``attn_bwd._dq_kernel``'s arguments and output (BM = 64, 4 warps) with Q^, dO^ ([Tq, Hq D]
     by [BM, D]), K^, V^ ([Tk, Hkv D] by [BN, D]) and K^T ([Hkv D, Tk_t] by [D, BN]) as TMA
     descriptors, and p_krec the ``key_records`` words; Q^ and K^ in SCORE_CODES (the mixed
-    NVFP4 route's bf16 beside E4M3 codes). GRAD4, seed and ktd_desc (K^T with per-key scales,
-    as K^T's; None unless GRAD4 > 0): the all-4-bit route's, as the Triton kernel's. ROWS (the
-    bf16 recipe): dQ = G K^ reads K^'s tile (wgmma takes BF16 B MN-major), so K^T is neither
-    copied nor given shared memory."""
+    NVFP4 route's bf16 beside E4M3 codes). GRAD4, ktd_desc (K^T with per-key scales, as K^T's;
+    None unless GRAD4 > 0) and p_rk (the dQ stream's ``random_bits.grad_row_parts``; None
+    unless GRAD4 is 2): the all-4-bit route's, as the Triton kernel's. ROWS (the bf16 recipe):
+    dQ = G K^ reads K^'s tile (wgmma takes BF16 B MN-major), so K^T is neither copied nor
+    given shared memory."""
     SS_L: gl.constexpr = mma_layout(BN, SCORE_CODES)  # S's accumulator; relayouts to dP's
     S_L: gl.constexpr = mma_layout(BN, CODES)
     O_L: gl.constexpr = mma_layout(D, CODES)
@@ -147,7 +148,9 @@ def dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, kt_desc, p_rec, p_krec, p_c
     qx = s2 * qg  # s2 rides on the query's factor, fixed for the whole tile
     p_krec_doc = p_krec + h_k.to(gl.int64) * total_k + k_start
     n_k = total_k - k_start
-    rng = (seed, h_q.to(gl.int64) * total_q + q_start, k_start)  # GRAD4 == 2: grad_words
+    rng = (p_rk, k_start)  # the tile rows' parts of G's random words, where GRAD4 == 2
+    if GRAD4 == 2:
+        rng = (row_parts(p_rk + h_q.to(gl.int64) * total_q + q_start, o_i, len_q), k_start)
     o_j = gl.arange(0, BN, layout=gl.SliceLayout(0, S_L))           # [BN]
     acc = gl.zeros([BM, D], gl.float32, layout=O_L)
     b_zero_ss = gl.zeros([BM, BN], gl.float32, layout=SS_L)
@@ -172,7 +175,7 @@ def dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, kt_desc, p_rec, p_krec, p_c
                           False, P4, forward_diagonal(i0, k0, geo, FBM, FBN), relayout, S_L)[1]  # G
         b_init = b_zero_o
         if GRAD4 > 0:  # E2M1 with its scales folded in, exact in BF16: accumulates as BF16 does
-            b_gc = to_codes(relayout(e2m1_payload(b_g, rng, o_i, k0 + o_j, 0, GRAD4), S_L), CODES, False)
+            b_gc = to_codes(relayout(e2m1_payload(b_g, rng, k0 + o_j, 0, GRAD4), S_L), CODES, False)
             b_init = acc
         elif CODES == gl.bfloat16:  # BF16 payloads take no scale: the product accumulates into acc in the MMA
             b_gc = to_codes(b_g, CODES, False)

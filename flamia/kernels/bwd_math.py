@@ -14,7 +14,7 @@ from .fp8 import (E4M3_EQ, E4M3_MQ, code_grid, mul_rn, pow2, pow2_reciprocal, sc
 from .fwd_math import diagonal_tile, p4_values, p_grid, same_layout
 from .hadamard import rotate
 from .layout import T_ALIGN as _T_ALIGN
-from .random_bits import key_key, mix32, row_key
+from .random_bits import key_key, mix32_rest, xorshift16
 
 T_ALIGN = tl.constexpr(_T_ALIGN)  # the transposed codes' documents start at multiples of this column
 
@@ -50,28 +50,34 @@ def tile_positions(o_i, o_k, Q_AXIS: tl.constexpr):
 
 
 @triton.jit
-def grad_words(rng, o_i, o_k, Q_AXIS: tl.constexpr, WORD: tl.constexpr):
-    """uint32 words [tile] that round the all-4-bit route's G stochastically (NUMERICS.md 6):
-    stream WORD (0: G in dQ, 1: G in dK) at packed row h Tq + i and packed key j, bit for bit
-    ``formats.random_bits.grad_bits``. o_i, o_k: query and key positions [N] in the document,
-    broadcast as ``tile_positions``; rng = (seed, h Tq + the document's first query row, its
-    first key row), int64 but the seed. The row and key parts cost one hash per tile row
-    and one product per column; each score pays one xor and one ``mix32``."""
-    seed, row0, key0 = rng
-    b_row = row_key(seed, row0, o_i, WORD)  # [N] uint32
-    b_key = key_key(key0, o_k)              # [N] uint32
-    t_row, t_key = tile_positions(b_row, b_key, Q_AXIS)
-    return mix32(t_row ^ t_key)
+def row_parts(p_rk, o_i, len_q):
+    """The stored row parts [N] uint32 (``random_bits.grad_row_parts``, one stream) of query
+    positions o_i [N] in the document, p_rk at its first row of the head; 0 past the
+    document, where G is 0 and rounds to 0 whatever its word."""
+    return tl.load(p_rk + o_i.to(tl.int64), mask=o_i < len_q, other=0).to(tl.uint32, bitcast=True)
 
 
 @triton.jit
-def e2m1_payload(b_g, rng, o_i, o_k, Q_AXIS: tl.constexpr, GRAD4: tl.constexpr):
+def grad_words(b_row, key0, o_k, Q_AXIS: tl.constexpr):
+    """uint32 words [tile] that round the all-4-bit route's G stochastically (NUMERICS.md 6),
+    bit for bit ``formats.random_bits.grad_bits``: b_row [N], the tile rows' ``row_parts`` of
+    the stream; o_k [N] key positions in the document, whose first packed key is key0 (int64);
+    broadcast as ``tile_positions``. The key part costs a product per column; each score pays
+    one xor and ``mix32``'s steps after its first."""
+    b_key = xorshift16(key_key(key0, o_k))  # [N] uint32
+    t_row, t_key = tile_positions(b_row, b_key, Q_AXIS)
+    return mix32_rest(t_row ^ t_key)
+
+
+@triton.jit
+def e2m1_payload(b_g, rng, o_k, Q_AXIS: tl.constexpr, GRAD4: tl.constexpr):
     """The all-4-bit route's payload (NUMERICS.md 6): fp32 [tile] G (Q_AXIS 0, dQ: random-bit
     stream 0) or G^T (Q_AXIS 1, dK: stream 1) as E2M1 values with their scales folded in
-    (``fp4.e2m1_grad``), to nearest (GRAD4 1) or stochastically (2, ``grad_words``)."""
+    (``fp4.e2m1_grad``), to nearest (GRAD4 1) or stochastically (2: ``grad_words`` of
+    rng = (the tile rows' ``row_parts``, the document's first packed key) and key positions o_k)."""
     b_word = None
     if GRAD4 == 2:
-        b_word = grad_words(rng, o_i, o_k, Q_AXIS, Q_AXIS)
+        b_word = grad_words(rng[0], rng[1], o_k, Q_AXIS)
     return e2m1_grad(b_g, b_word, GRAD4 == 2)
 
 
