@@ -2,7 +2,9 @@
 (flamia/reference/emulated.py), fed the emulator's own quantized operands (Q^, K^, V^, dO^,
 dOt^ and their transposes, delta, m, ro, PV) so that only the two backward kernels are under
 test: dQ, dK and dV within fp32 summation-order noise. Without CUDA the kernels run on
-Triton's CPU interpreter, with small tiles (the emulator gets the same tiles)."""
+Triton's CPU interpreter, with small tiles (the emulator gets the same tiles). On the GPU,
+exp2 is approximate and the FP8 MMAs may accumulate with reduced precision, so the looser
+bound of the gpu tests applies (``assert_grads_match``)."""
 from dataclasses import replace
 
 import pytest
@@ -34,11 +36,18 @@ BF16_GRAD_TOL = 2.0**-8
 # The mixed NVFP4 route's scores are bf16 products too, but its S sums were exact in every
 # case and seed measured (max error 1.6e-7, no 4-bit P flip): GRAD_TOL holds.
 TOLERANCE = {"mxfp8": GRAD_TOL, "bf16": BF16_GRAD_TOL, "nvfp4": GRAD_TOL}
+# On the GPU a few E4M3 codes of P and G flip: the bound is on each gradient's relative norm, as
+# in test_backward_matches_emulator_gpu; a masking or indexing error moves it to order one.
+GPU_GRAD_TOL = 1e-2
+# wgmma's K is at least 32 for 8-bit operands; the interpreter takes the cases' 16-row steps
+MMA_MIN_K = 32 if DEVICE == "cuda" else 16
 
 
 def tiles(bwd_m: int, bwd_n: int, dq_m: int, dq_n: int, dq_atomic: bool = False) -> AttnTiles:
+    """A case's tiles; the query step (dK's and dV's MMA K) and dQ's key step at least MMA_MIN_K."""
     return AttnTiles(fwd_block_m=32, fwd_block_n=32, fwd_gluon=False, dq_gluon=False, dkdv_gluon=False,
-                     bwd_block_m=bwd_m, bwd_block_n=bwd_n, dq_block_m=dq_m, dq_block_n=dq_n, dq_atomic=dq_atomic)
+                     bwd_block_m=max(bwd_m, MMA_MIN_K), bwd_block_n=bwd_n, dq_block_m=dq_m,
+                     dq_block_n=max(dq_n, MMA_MIN_K), dq_atomic=dq_atomic)
 
 
 def cu_seqlens(lengths) -> torch.Tensor:
@@ -103,6 +112,17 @@ def relative_errors(got, want) -> list[float]:
     return [((a - b).abs().max() / b.abs().max()).item() for a, b in zip(got, want)]
 
 
+def assert_grads_match(got, want, bound: float = GRAD_TOL):
+    """The interpreter: each of dq, dk, dv within ``bound`` of the emulator's (relative_errors).
+    The GPU: each within GPU_GRAD_TOL in relative norm."""
+    if DEVICE == "cuda":
+        errs = [((a - b).norm() / b.norm()).item() for a, b in zip(got, want)]
+        assert max(errs) <= GPU_GRAD_TOL, f"dq, dk, dv relative norm errors {errs} (bound {GPU_GRAD_TOL:.3g})"
+        return
+    errs = relative_errors(got, want)
+    assert max(errs) <= bound, f"dq, dk, dv relative errors {errs} (bound {bound:.3g})"
+
+
 def assert_unseen_rows_zero(got, want, lens_q, lens_k, causal, window):
     """The gradient rows of queries that see no key (dQ) and of keys that no query sees (dK,
     dV) are exactly zero in the kernels' and the emulator's (dq, dk, dv). Rows that sum to
@@ -145,15 +165,15 @@ def test_backward_matches_emulator(name, recipe):
     for a, b in zip(got, want):
         assert a.shape == b.shape and a.dtype == torch.float32 and b.abs().max() > 0
     assert_unseen_rows_zero(got, want, lens_q, lens_k or lens_q, causal, window)
-    errs = relative_errors(got, want)
-    assert max(errs) <= TOLERANCE[recipe], f"dq, dk, dv relative errors {errs} (bound {TOLERANCE[recipe]:.3g})"
+    assert_grads_match(got, want, TOLERANCE[recipe])
 
 
 def nvfp4_tiles(bwd_m: int, bwd_n: int, dq_m: int, dq_n: int) -> AttnTiles:
     """A case's tiles for the mixed NVFP4 route: key steps of whole 32-key P groups, nested in
     64 x 64 forward tiles (the backward rebuilds the forward's diagonal tiles)."""
     return AttnTiles(fwd_block_m=64, fwd_block_n=64, fwd_gluon=False, dq_gluon=False, dkdv_gluon=False,
-                     bwd_block_m=bwd_m, bwd_block_n=max(bwd_n, 32), dq_block_m=dq_m, dq_block_n=max(dq_n, 32))
+                     bwd_block_m=max(bwd_m, MMA_MIN_K), bwd_block_n=max(bwd_n, 32), dq_block_m=dq_m,
+                     dq_block_n=max(dq_n, 32))
 
 
 # G rounded to nearest is one constexpr branch of the same rounding helper: two cases cover it
@@ -172,6 +192,7 @@ def test_backward_matches_emulator_fp4(name, rounding):
     for a, b in zip(got, want):
         assert a.shape == b.shape and b.abs().max() > 0
     assert_unseen_rows_zero(got, want, lens_q, lens_k or lens_q, causal, window)
+    # BF16 operands with no E4M3 code to flip: the interpreter's bound holds on the GPU too
     errs = relative_errors(got, want)
     assert max(errs) <= GRAD_TOL, f"dq, dk, dv relative errors {errs} (bound {GRAD_TOL:.3g})"
 
@@ -186,8 +207,7 @@ def test_backward_matches_emulator_nvfp4(name):
     for a, b in zip(got, want):
         assert a.shape == b.shape and b.abs().max() > 0
     assert_unseen_rows_zero(got, want, lens_q, lens_k or lens_q, causal, window)
-    errs = relative_errors(got, want)
-    assert max(errs) <= GRAD_TOL, f"dq, dk, dv relative errors {errs} (bound {GRAD_TOL:.3g})"
+    assert_grads_match(got, want)
 
 
 @pytest.mark.parametrize("name", ["causal-gqa-d64", "causal-lq-ne-lk"])
@@ -197,8 +217,7 @@ def test_backward_matches_emulator_nvfp4_wider_diagonal_keys(name):
     lens_q, lens_k, heads, d, causal, window, tile_sizes = CASES[name]
     wide = replace(nvfp4_tiles(*tile_sizes), fwd_diag_block_n=128)
     got, want = run_both(lens_q, lens_k or lens_q, heads, d, causal, window, wide, seed=len(name), recipe="nvfp4")
-    errs = relative_errors(got, want)
-    assert max(errs) <= GRAD_TOL, f"dq, dk, dv relative errors {errs} (bound {GRAD_TOL:.3g})"
+    assert_grads_match(got, want)
     plain = run_both(lens_q, lens_k or lens_q, heads, d, causal, window, nvfp4_tiles(*tile_sizes), seed=len(name),
                      recipe="nvfp4")[1]
     assert max(relative_errors(plain, want)) > 100 * GRAD_TOL  # the rule moves the gradients
@@ -213,8 +232,7 @@ def test_backward_matches_emulator_nvfp4_leaking(name):
     lens_q, lens_k, heads, d, causal, window, tile_sizes = CASES[name]
     got, want = run_both(lens_q, lens_k or lens_q, heads, d, causal, window, nvfp4_tiles(*tile_sizes),
                          seed=len(name), recipe=Recipe("nvfp4", p4_scale_before_mask=True, p4_sum_quantized=True))
-    errs = relative_errors(got, want)
-    assert max(errs) <= GRAD_TOL, f"dq, dk, dv relative errors {errs} (bound {GRAD_TOL:.3g})"
+    assert_grads_match(got, want)
 
 
 @pytest.mark.parametrize("name", ["causal-gqa-d64", "causal-lq-ne-lk"])
@@ -226,8 +244,7 @@ def test_backward_matches_emulator_after_approx_exp(name):
     lens_q, lens_k, heads, d, causal, window, tile_sizes = CASES[name]
     got, want = run_both(lens_q, lens_k or lens_q, heads, d, causal, window, tiles(*tile_sizes), seed=len(name),
                          recipe=Recipe("mxfp8", fwd_approx_exp=True))
-    errs = relative_errors(got, want)
-    assert max(errs) <= GRAD_TOL, f"dq, dk, dv relative errors {errs} (bound {GRAD_TOL:.3g})"
+    assert_grads_match(got, want)
 
 
 @pytest.mark.parametrize("name", ["causal-gqa-d64", "causal-window", "causal-lq-ne-lk"])
@@ -239,8 +256,7 @@ def test_backward_matches_emulator_nvfp4_e4m3_p(name):
     lens_q, lens_k, heads, d, causal, window, tile_sizes = CASES[name]
     got, want = run_both(lens_q, lens_k or lens_q, heads, d, causal, window, nvfp4_tiles(*tile_sizes),
                          seed=len(name), recipe=Recipe("nvfp4", fwd_p4_bwd_p8=True))
-    errs = relative_errors(got, want)
-    assert max(errs) <= GRAD_TOL, f"dq, dk, dv relative errors {errs} (bound {GRAD_TOL:.3g})"
+    assert_grads_match(got, want)
 
 
 @pytest.mark.parametrize("name", ["causal-gqa-d64", "full-d128", "two-sided-window-gqa", "causal-lq-ne-lk"])
@@ -253,8 +269,7 @@ def test_backward_dq_atomic_matches_emulator(name):
     got, want = run_both(lens_q, lens_k or lens_q, heads, d, causal, window, t, seed=len(name))
     assert want[0].abs().max() > 0
     assert_unseen_rows_zero(got, want, lens_q, lens_k or lens_q, causal, window)
-    errs = relative_errors(got, want)
-    assert max(errs) <= GRAD_TOL, f"dq, dk, dv relative errors {errs} (noise bound {GRAD_TOL:.3g})"
+    assert_grads_match(got, want)
     plain, _ = run_both(lens_q, lens_k or lens_q, heads, d, causal, window, replace(t, dq_atomic=False),
                         seed=len(name))
     assert torch.equal(got[1], plain[1]) and torch.equal(got[2], plain[2])
@@ -275,8 +290,7 @@ def test_backward_default_tiles():
     """The shipped tiles (dK/dV: 64-key tiles, 32-query steps; dQ: 64 x 64) at D=128 with the
     Hadamard rotation."""
     got, want = run_both((111, 1, 0, 63), (111, 1, 0, 63), (2, 1), 128, True, (-1, -1), AttnTiles(), seed=3)
-    errs = relative_errors(got, want)
-    assert max(errs) <= GRAD_TOL, f"dq, dk, dv relative errors {errs}"
+    assert_grads_match(got, want)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -301,12 +315,13 @@ def test_backward_output_dtype_rounds_fp32_result(dtype):
 
 def test_backward_names_bad_argument():
     t, h, d = 5, 2, 64
-    codes, codes_t = torch.zeros((t, h, d), dtype=FP8), torch.zeros((h, d, transposed_extent(t, 1)), dtype=FP8)
-    exps, stats = torch.zeros((t, h), dtype=torch.int8), torch.zeros((h, t))
+    codes = torch.zeros((t, h, d), dtype=FP8, device=DEVICE)
+    codes_t = torch.zeros((h, d, transposed_extent(t, 1)), dtype=FP8, device=DEVICE)
+    exps, stats = torch.zeros((t, h), dtype=torch.int8, device=DEVICE), torch.zeros((h, t), device=DEVICE)
     args = [codes, codes_t, exps, codes, codes_t, exps, codes, exps, codes, exps, codes_t,
             exps.int(),  # dot_exps: not int8
-            stats, stats, stats, torch.zeros((t, h), dtype=torch.int32), *[cu_seqlens([t]).cpu()] * 2,
-            *[aligned_starts(cu_seqlens([t]).cpu())] * 2]
+            stats, stats, stats, torch.zeros((t, h), dtype=torch.int32, device=DEVICE), *[cu_seqlens([t])] * 2,
+            *[aligned_starts(cu_seqlens([t]))] * 2]
     with pytest.raises(ValueError, match="^dot_exps: "):
         attention_backward(*args, causal=True, window_size=(-1, -1), softmax_scale=0.125, sigma=4, scale_block=32,
                            tiles=AttnTiles())

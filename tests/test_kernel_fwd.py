@@ -48,8 +48,14 @@ CODE_FLIP = 2.0 ** -3
 FLIP_ROWS = 0.01
 
 
+# wgmma's K is at least 32 for 8-bit operands; the interpreter takes the cases' 16-key tiles
+MMA_MIN_K = 32 if DEVICE == "cuda" else 16
+
+
 def tiles(bm: int, bn: int) -> AttnTiles:
-    return AttnTiles(fwd_block_m=bm, fwd_block_n=bn, fwd_gluon=False, dq_gluon=False, dkdv_gluon=False, bwd_block_m=16, bwd_block_n=16, dq_block_m=16, dq_block_n=16)
+    """A case's tiles; the key tile (PV's MMA K) at least MMA_MIN_K."""
+    return AttnTiles(fwd_block_m=bm, fwd_block_n=max(bn, MMA_MIN_K), fwd_gluon=False, dq_gluon=False,
+                     dkdv_gluon=False, bwd_block_m=16, bwd_block_n=16, dq_block_m=16, dq_block_n=16)
 
 
 def cu_seqlens(lengths) -> torch.Tensor:
@@ -312,11 +318,12 @@ def test_forward_default_tiles(recipe):
 def test_forward_names_bad_argument():
     t, h, d = 5, 2, 64
     i8 = torch.int8
-    args = [torch.zeros((t, h, d), dtype=FP8), torch.zeros((t, h), dtype=torch.int32),  # q_exps: not int8
-            torch.zeros((t, h, d), dtype=FP8), torch.zeros((t, h), dtype=i8),
-            torch.zeros((h, d, transposed_extent(t, 1)), dtype=FP8), torch.zeros((t, h), dtype=i8),
-            torch.zeros((t, h), dtype=torch.int32),
-            cu_seqlens([t]).cpu(), cu_seqlens([t]).cpu(), aligned_starts(cu_seqlens([t]).cpu())]
+    dev = dict(device=DEVICE)
+    args = [torch.zeros((t, h, d), dtype=FP8, **dev), torch.zeros((t, h), dtype=torch.int32, **dev),  # q_exps: not int8
+            torch.zeros((t, h, d), dtype=FP8, **dev), torch.zeros((t, h), dtype=i8, **dev),
+            torch.zeros((h, d, transposed_extent(t, 1)), dtype=FP8, **dev), torch.zeros((t, h), dtype=i8, **dev),
+            torch.zeros((t, h), dtype=torch.int32, **dev),
+            cu_seqlens([t]), cu_seqlens([t]), aligned_starts(cu_seqlens([t]))]
     with pytest.raises(ValueError, match="^q_exps: "):
         attention_forward(*args, causal=True, window_size=(-1, -1), softmax_scale=0.125, tau=4, sigma=4,
                           scale_block=32, tiles=AttnTiles())

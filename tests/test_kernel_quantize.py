@@ -145,8 +145,9 @@ def test_bf16_grad_output_as_its_own_codes():
     ro = row_factors(LENGTHS, HEADS, seed=10)
     t = do.shape[0]
     g = torch.Generator().manual_seed(11)
-    records = dict(q_exps=torch.zeros((t, HEADS), dtype=torch.int8), pv=torch.zeros((t, HEADS), dtype=torch.int32),
-                   m=torch.randn(HEADS, t, generator=g))
+    records = dict(q_exps=torch.zeros((t, HEADS), dtype=torch.int8, device=DEVICE),
+                   pv=torch.zeros((t, HEADS), dtype=torch.int32, device=DEVICE),
+                   m=torch.randn(HEADS, t, generator=g).to(DEVICE))
     got = quantize_grad_output(do, o, ro, cu, 32, STEP, fmt=BF16, transposed=False, own_codes=True, **records)
     want = quantize_grad_output(do, o, ro, cu, 32, STEP, fmt=BF16, transposed=False, **records)
     assert got.do_codes is do and torch.equal(_bf16_bits(want.do_codes), _bf16_bits(do))
@@ -164,9 +165,10 @@ def test_records_without_exponents_only_for_bf16_codes():
     do, o, v = (_rows(LENGTHS, HEADS, 64, seed=s) for s in (12, 13, 14))
     cu, t = _cu_seqlens(LENGTHS), do.shape[0]
     ro = row_factors(LENGTHS, HEADS, seed=15)
-    zeros = torch.zeros((t, HEADS), dtype=torch.int8)
+    zeros = torch.zeros((t, HEADS), dtype=torch.int8, device=DEVICE)
     g = torch.Generator().manual_seed(16)
-    rec = dict(pv=torch.zeros((t, HEADS), dtype=torch.int32), m=torch.randn(HEADS, t, generator=g))
+    rec = dict(pv=torch.zeros((t, HEADS), dtype=torch.int32, device=DEVICE),
+               m=torch.randn(HEADS, t, generator=g).to(DEVICE))
     got = quantize_grad_output(do, o, ro, cu, 32, STEP, fmt=BF16, transposed=False, q_exps=None, **rec)
     want = quantize_grad_output(do, o, ro, cu, 32, STEP, fmt=BF16, transposed=False, q_exps=zeros, **rec)
     assert torch.equal(got.records, want.records)
