@@ -36,6 +36,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup
 
 from .bwd_math import (doc_bounds, e2m1_payload, forward_diagonal, grad_scores, masked_step, query_factors,
                        row_parts, row_scaled_codes, step_range)
+from .fp4 import E2M1_EQ, E2M1_MQ
 from .fp8 import E4M3_EQ, E4M3_MQ, mul_rn, pow2, pow2_reciprocal, scale_exponent, to_codes, to_e4m3, to_output
 from .gluon_tma import (WARPS, code_descriptors, copy_barriers, descriptor, mma_layout, register_a_layout, relayout,
                         tma_load, wait_copy, zero_rows_from)
@@ -166,6 +167,35 @@ def _step_product(b_a0, b_a1, b_s, BM: gl.constexpr, A_L: gl.constexpr, CODES: g
 
 
 @gluon.jit
+def _key_group_exponents(b_src, AXIS: gl.constexpr, LOG_SRC: gl.constexpr):
+    """``fwd_math.group_exponents`` of b_src [BN / 32, 32, SUB] (an S^T half reshaped: each
+    32-key group spans two warps), the same bits with the work shared out: a thread's two
+    rows reduce in registers, and the partial maxima go through shared memory to one thread
+    per (group, query), which reads 16, takes the exponent and hands it back. The compiler's
+    reduction instead ran a butterfly of 24 shuffles and each thread took the exponent of
+    all 8 of its (group, query) pairs, each held by 16 threads."""
+    gl.static_assert(AXIS == 1)
+    G: gl.constexpr = b_src.shape[0]
+    C: gl.constexpr = b_src.shape[2]
+    gl.static_assert((G == 2) & (C == 32) & (WARPS == 4))
+    # key row in a group = 16 (warp % 2) + 8 (register pair) + lane / 4
+    b_part = gl.max(gl.reshape(b_src, [G, 2, 2, 8, C]), axis=2)     # [G, 2, 8, C]
+    part_s = gl.allocate_shared_memory(gl.float32, [G, 2, 8, C], gl.SwizzledSharedLayout(1, 1, 1, [3, 2, 1, 0]))
+    # allocated now, so that it does not reuse part_s's bytes (a third barrier)
+    exp_s = gl.allocate_shared_memory(gl.int32, [G, C], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    part_s.store(b_part)
+    gl.thread_barrier()
+    # a (group, query) per thread, twice over: its 16 partials in registers
+    OWN: gl.constexpr = gl.BlockedLayout([1, 2, 8, 1], [1, 1, 1, 32], [2, 1, 1, 2], [3, 2, 1, 0])
+    b_max = gl.max(gl.max(part_s.load(OWN), axis=2), axis=1)        # [G, C]
+    if LOG_SRC:
+        b_max = gl.exp2(b_max)
+    exp_s.store(scale_exponent(b_max, E2M1_EQ, E2M1_MQ))
+    gl.thread_barrier()
+    return gl.expand_dims(exp_s.load(gl.SliceLayout(AXIS, b_src.type.layout)), AXIS)  # [G, 1, C]
+
+
+@gluon.jit
 def _pair_scaled_codes(b_w0, b_w1):
     """``row_scaled_codes`` of the row-wise concatenation [b_w0 | b_w1]: one exponent per row
     from both halves' maxima, the halves' codes and the factors 2^e."""
@@ -293,12 +323,13 @@ def dkdv_gluon_kernel(q_desc, do_desc, qt_desc, dott_desc, rec_desc, k_desc, v_d
         if BM == 2 * SUB:  # the second half's products run under the first half's payload
             s_nxt, dp_nxt = _issue_half(k_s, v_s, q_s, do_s, slot, 1, SUB, b_zero_ss, b_zero_s)
         b_pc0, b_w0 = grad_scores(relayout(b_st, S_L), b_dpt, sx, qg, qry, vf, j * BM + o_j, o_k, geo, 1, masked,
-                                  CODES, False, P4, diag, relayout, S_L, ROWS, DOT_CODES)
+                                  CODES, False, P4, diag, relayout, S_L, ROWS, DOT_CODES, _key_group_exponents)
         if BM == 2 * SUB:
             qg, qry = _half_factors(rec_s.index(slot).slice(SUB, SUB), REC_L, QRY, SCALE_BLOCK)
             b_st, b_dpt = warpgroup_mma_wait(0, deps=(s_nxt, dp_nxt))
             b_pc1, b_w1 = grad_scores(relayout(b_st, S_L), b_dpt, sx, qg, qry, vf, j * BM + SUB + o_j, o_k, geo, 1,
-                                      masked, CODES, False, P4, diag, relayout, S_L, ROWS, DOT_CODES)
+                                      masked, CODES, False, P4, diag, relayout, S_L, ROWS, DOT_CODES,
+                                      _key_group_exponents)
         else:
             b_pc1, b_w1 = b_pc0, b_w0                                # one half: unused
         # The slot step n - 1 used is free: its products have completed.

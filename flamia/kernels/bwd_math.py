@@ -11,7 +11,7 @@ import triton.language as tl
 from .fp4 import e2m1_grad
 from .fp8 import (E4M3_EQ, E4M3_MQ, code_grid, mul_rn, pow2, pow2_reciprocal, scale_exponent, scaled, to_e4m3,
                   to_output)
-from .fwd_math import diagonal_tile, p4_values, p_grid, same_layout
+from .fwd_math import diagonal_tile, group_exponents, p4_values, p_grid, same_layout
 from .hadamard import rotate
 from .layout import T_ALIGN as _T_ALIGN
 from .random_bits import key_key, mix32_rest, xorshift16
@@ -91,20 +91,21 @@ def forward_diagonal(i0, k0, geo, FBM: tl.constexpr, FBN: tl.constexpr):
 
 
 @triton.jit
-def _visible_p4(b_p, o_i, o_k, geo, Q_AXIS: tl.constexpr, MASK, TO_LAYOUT: tl.constexpr, TILE: tl.constexpr):
+def _visible_p4(b_p, o_i, o_k, geo, Q_AXIS: tl.constexpr, MASK, TO_LAYOUT: tl.constexpr, TILE: tl.constexpr,
+                GROUP_EXP: tl.constexpr):
     """4-bit P (``fwd_math.p4_values``) of b_p with group maxima over the visible keys: a
     masked key's p is not zero here, so MASK zeroes it first."""
     if MASK:
         t_i, t_k = tile_positions(o_i, o_k, Q_AXIS)
         b_p = tl.where(visible(t_i, t_k, geo), b_p, 0.0)
-    return p4_values(b_p, b_p, False, 1 - Q_AXIS, TO_LAYOUT, TILE)
+    return p4_values(b_p, b_p, False, 1 - Q_AXIS, TO_LAYOUT, TILE, GROUP_EXP)
 
 
 @triton.jit
 def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.constexpr, MASK,
                 CODES: tl.constexpr, INTERPRET: tl.constexpr, P4: tl.constexpr = 0, DIAG=True,
                 TO_LAYOUT: tl.constexpr = same_layout, TILE: tl.constexpr = None, RO_IN_P: tl.constexpr = False,
-                P_CODES: tl.constexpr = None):
+                P_CODES: tl.constexpr = None, GROUP_EXP: tl.constexpr = group_exponents):
     """P codes and the gradient payload of one tile, NUMERICS.md 4 steps 1-6.
 
     The tile is [queries, keys] (Q_AXIS = 0, the dQ loop) or [keys, queries] (Q_AXIS = 1,
@@ -115,7 +116,7 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
     applied is exact either way. qry = (m, rf, rq, deltad) of ``query_factors`` and vf = 2^eV,
     each [N]; o_i, o_k: query and key positions [N] in the document; geo: ``visible``'s;
     MASK: apply the visibility rule by selection on P and the payload (a constexpr, or a
-    runtime flag in the Gluon kernels). P4 (``fwd_math.p4_values``; TO_LAYOUT and TILE as
+    runtime flag in the Gluon kernels). P4 (``fwd_math.p4_values``; TO_LAYOUT, TILE and GROUP_EXP as
     there): 0 none; 1 the mixed route's 4-bit P where DIAG (the tile lies in a diagonal
     forward tile, ``fwd_math.diagonal_tile``) is false, its group maxima over the visible
     keys; 2 the leaking ablation's, on every tile with group maxima over the in-bounds keys;
@@ -136,20 +137,20 @@ def grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.cons
         # other routes' unmasked steps are no shorter so, and spill more (PERFORMANCE.md).
         if MASK:
             b_pc, b_g = _grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS, True, CODES,
-                                     INTERPRET, P4, DIAG, TO_LAYOUT, TILE, RO_IN_P, P_CODES)
+                                     INTERPRET, P4, DIAG, TO_LAYOUT, TILE, RO_IN_P, P_CODES, GROUP_EXP)
         else:
             b_pc, b_g = _grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS, False, CODES,
-                                     INTERPRET, P4, DIAG, TO_LAYOUT, TILE, RO_IN_P, P_CODES)
+                                     INTERPRET, P4, DIAG, TO_LAYOUT, TILE, RO_IN_P, P_CODES, GROUP_EXP)
     else:
         b_pc, b_g = _grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS, MASK, CODES, INTERPRET,
-                                 P4, DIAG, TO_LAYOUT, TILE, RO_IN_P, P_CODES)
+                                 P4, DIAG, TO_LAYOUT, TILE, RO_IN_P, P_CODES, GROUP_EXP)
     return b_pc, b_g
 
 
 @triton.jit
 def _grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.constexpr, MASK, CODES: tl.constexpr,
                  INTERPRET: tl.constexpr, P4: tl.constexpr, DIAG, TO_LAYOUT: tl.constexpr, TILE: tl.constexpr,
-                 RO_IN_P: tl.constexpr, P_CODES: tl.constexpr):
+                 RO_IN_P: tl.constexpr, P_CODES: tl.constexpr, GROUP_EXP: tl.constexpr):
     """``grad_scores``' body."""
     K_AXIS: tl.constexpr = 1 - Q_AXIS
     m, rf, rq, deltad = qry
@@ -167,12 +168,12 @@ def _grad_scores(b_s, b_dp, row_x, col_x, qry, vf, o_i, o_k, geo, Q_AXIS: tl.con
             t_i, t_k = tile_positions(o_i, o_k, Q_AXIS)
             b_src = tl.where((t_i < geo[0]) & (t_k < geo[1]), b_xm, float("-inf"))
             b_p = tl.where(visible(t_i, t_k, geo), b_p, 0.0)
-        b_p = p4_values(b_p, b_src, True, K_AXIS, TO_LAYOUT, TILE)
+        b_p = p4_values(b_p, b_src, True, K_AXIS, TO_LAYOUT, TILE, GROUP_EXP)
     elif P4 == 1:
         if not DIAG:  # one branch per step: tiles of diagonal forward tiles keep E4M3 P
-            b_p = _visible_p4(b_p, o_i, o_k, geo, Q_AXIS, MASK, TO_LAYOUT, TILE)
+            b_p = _visible_p4(b_p, o_i, o_k, geo, Q_AXIS, MASK, TO_LAYOUT, TILE, GROUP_EXP)
     elif P4 == 3:
-        b_p = _visible_p4(b_p, o_i, o_k, geo, Q_AXIS, MASK, TO_LAYOUT, TILE)
+        b_p = _visible_p4(b_p, o_i, o_k, geo, Q_AXIS, MASK, TO_LAYOUT, TILE, GROUP_EXP)
     # Pd comes from the fp32 value on the E4M3 grid, not from converting the fp8 codes back:
     # Triton 3.6 converts an fp8 tensor that also feeds a wgmma as its A operand to fp32 as
     # garbage (NaN dK, different from run to run).

@@ -84,25 +84,36 @@ def diagonal_tile(t, i0, len_q, len_k, off, wl, wr, BM: tl.constexpr, BN: tl.con
 
 
 @triton.jit
+def group_exponents(b_src, AXIS: tl.constexpr, LOG_SRC: tl.constexpr):
+    """``scale_exponent(gmax, 6)`` (int32) of the groups along AXIS of b_src (fp32, 3-D: the
+    keys of each group on AXIS), kept as a size-1 AXIS: gmax is the group's max, or with
+    LOG_SRC exp2 of it. ``p4_values``' GROUP_EXP where no faster one is given."""
+    b_max = tl.max(b_src, AXIS)
+    if LOG_SRC:
+        b_max = tl.exp2(b_max)
+    return tl.expand_dims(scale_exponent(b_max, E2M1_EQ, E2M1_MQ), AXIS)
+
+
+@triton.jit
 def p4_values(b_p, b_src, LOG_SRC: tl.constexpr, K_AXIS: tl.constexpr, TO_LAYOUT: tl.constexpr,
-              LAYOUT: tl.constexpr):
+              LAYOUT: tl.constexpr, GROUP_EXP: tl.constexpr = group_exponents):
     """4-bit P before the V fold (NUMERICS.md 6) of b_p [R, C] fp32 (>= 0, 0 on masked keys,
     keys along K_AXIS in groups of 32 from the document start): ``e2m1(p 2^-eg) 2^eg`` with
     ``eg = scale_exponent(gmax, 6)`` per (query, 32 keys), in b_p's layout (TO_LAYOUT(x,
     LAYOUT), as ``scores_to_codes``' TO_ROWS). gmax is the group max of b_src [R, C]: of p
     itself (b_src = b_p, the contract), or with LOG_SRC of x - m (-inf where no key counts),
-    gmax = exp2 of the max, as the leaking ablation takes it over in-bounds keys."""
+    gmax = exp2 of the max, as the leaking ablation takes it over in-bounds keys. GROUP_EXP
+    computes eg (``group_exponents``' arguments and result): a Gluon kernel may pass one that
+    shares the work among its threads."""
     R: tl.constexpr = b_p.shape[0]
     C: tl.constexpr = b_p.shape[1]
     if K_AXIS == 1:  # [queries, keys]
         b_g = tl.reshape(b_p, [R, C // P_GROUP, P_GROUP])
-        b_max = tl.max(tl.reshape(b_src, [R, C // P_GROUP, P_GROUP]), 2)  # [R, C / 32]
+        b_src = tl.reshape(b_src, [R, C // P_GROUP, P_GROUP])
     else:  # [keys, queries]
         b_g = tl.reshape(b_p, [R // P_GROUP, P_GROUP, C])
-        b_max = tl.max(tl.reshape(b_src, [R // P_GROUP, P_GROUP, C]), 1)  # [R / 32, C]
-    if LOG_SRC:
-        b_max = tl.exp2(b_max)
-    b_eg = tl.expand_dims(scale_exponent(b_max, E2M1_EQ, E2M1_MQ), K_AXIS + 1)  # [R, C / 32, 1] or [R / 32, 1, C]
+        b_src = tl.reshape(b_src, [R // P_GROUP, P_GROUP, C])
+    b_eg = GROUP_EXP(b_src, K_AXIS + 1, LOG_SRC)  # [R, C / 32, 1] or [R / 32, 1, C]
     return TO_LAYOUT(tl.reshape(round_e2m1_at(b_g, b_eg), [R, C]), LAYOUT)
 
 
