@@ -171,9 +171,9 @@ def _key_group_exponents(b_src, AXIS: gl.constexpr, LOG_SRC: gl.constexpr):
     """``fwd_math.group_exponents`` of b_src [BN / 32, 32, SUB] (an S^T half reshaped: each
     32-key group spans two warps), the same bits with the work shared out: a thread's two
     rows reduce in registers, and the partial maxima go through shared memory to one thread
-    per (group, query), which reads 16, takes the exponent and hands it back. The compiler's
-    reduction instead ran a butterfly of 24 shuffles and each thread took the exponent of
-    all 8 of its (group, query) pairs, each held by 16 threads."""
+    per (group, query), which reads 16, takes the exponent and hands it back. (With tl.max
+    the compiler reduces by a butterfly of 24 shuffles, and every thread takes the exponents
+    of all 8 of its (group, query) pairs, each of which 16 threads hold.)"""
     gl.static_assert(AXIS == 1)
     G: gl.constexpr = b_src.shape[0]
     C: gl.constexpr = b_src.shape[2]
