@@ -8,19 +8,19 @@ import os
 import tempfile
 
 # pytest-xdist (the README's -n auto) runs a worker per core: each worker's torch and BLAS
-# pools get that share of the cores, set before torch and numpy start them. Two workers of
-# two threads each on two cores took 2.7x as long on the accuracy report as of one each.
+# pools get that share of the cores (set before torch and numpy start them), so that the
+# workers do not oversubscribe them.
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
-_THREADS = str(max(1, (os.cpu_count() or 1) // _WORKERS)) if _WORKERS else None
+_THREADS = max(1, (os.cpu_count() or 1) // _WORKERS) if _WORKERS else 0
 if _THREADS:
     for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(name, _THREADS)
+        os.environ.setdefault(name, str(_THREADS))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
 if _THREADS:
-    torch.set_num_threads(int(_THREADS))
+    torch.set_num_threads(_THREADS)
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")

@@ -42,7 +42,7 @@ def mix32(x):
 @triton.jit
 def row_key(seed, row0, o_row, STREAM: tl.constexpr):
     """uint32 keys [N] of packed rows R = row0 + o_row (``formats.random_bits.row_key``), row0
-    an int64 scalar, o_row [N]; STREAM 0: G in dQ, 1: G in dK. seed: an int in [0, 2^63),
+    an int64 scalar, o_row [N]; STREAM 0: G in dQ, 1: G in dK. seed: an int in [0, 2^64),
     a constant where a launch specialized it (1)."""
     seed = (row0 * 0 + seed).to(tl.uint64)  # a tensor whatever the launch made of the seed
     rows = row0 + o_row.to(tl.int64)
