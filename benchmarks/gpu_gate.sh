@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU gate: everything a change to the kernels must pass on a Hopper machine, with a
-# PASS/FAIL summary table at the end (536 s on an H100 with GATE_TESTS_S=400 GATE_BUDGET_S=585;
-# --only splits it over calls).
+# PASS/FAIL summary table at the end (about 9 minutes on an H100 with GATE_TESTS_S=400
+# GATE_BUDGET_S=585, benchmarks/README.md; --only splits it over calls).
 #
 #   benchmarks/gpu_gate.sh [--quick] [--only STEP,...] [--triton BUNDLE]   (from anywhere; runs from the
 #                                                                         repository root)
@@ -15,7 +15,7 @@
 #   device-tests   benchmarks/gpu_tests.py --marker "not gpu" on the test modules that run on
 #                  CUDA when it is present (DEVICE = "cuda" if torch.cuda.is_available() ...):
 #                  the CPU suite's kernel tests on the GPU, which -m gpu leaves out
-#                  (GATE_DEVICE_TESTS_S, default 240 s, 81 s on an H100; not in --quick)
+#                  (GATE_DEVICE_TESTS_S, default 240 s; not in --quick)
 #   probe          flamia probe --recipe mxfp8           (verdict block-local or exact)
 #   probe-exact    flamia probe --recipe mxfp8 --exact   (verdict exact)
 #   accuracy       flamia accuracy --recipe mxfp8 on 4 x 4096 tokens, 16 heads, d=128, causal
