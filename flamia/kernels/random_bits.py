@@ -76,12 +76,12 @@ _ROWS = 1024  # rows per program of ``grad_row_parts``
 @triton.jit(do_not_specialize=PACKING_INTS)
 def _row_parts_kernel(p_out, seed, n_rows, N: tl.constexpr):
     """Program (chunk of N rows): both streams' ``row_part`` of rows R [N] into p_out [2, n_rows]."""
-    o_r = tl.program_id(0).to(tl.int64) * N + tl.arange(0, N)  # [N] packed rows h Tq + i
-    m_r = o_r < n_rows
-    zero = tl.program_id(0).to(tl.int64) * 0  # row0 as a tensor, for row_key's seed
+    row0 = tl.program_id(0).to(tl.int64) * N  # the chunk's first packed row h Tq + i
+    o_r = tl.arange(0, N)  # [N]
+    m_r = row0 + o_r < n_rows
     for stream in tl.static_range(2):
-        b_part = row_part(seed, zero, o_r, stream)
-        tl.store(p_out + stream * n_rows + o_r, b_part.to(tl.int32, bitcast=True), mask=m_r)
+        b_part = row_part(seed, row0, o_r, stream)
+        tl.store(p_out + stream * n_rows + row0 + o_r, b_part.to(tl.int32, bitcast=True), mask=m_r)
 
 
 def grad_row_parts(seed: int, heads_q: int, total_q: int, device) -> torch.Tensor:
