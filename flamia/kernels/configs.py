@@ -147,8 +147,10 @@ class AttnTiles(NumericsTiles):
     dkdv_maxnreg: int | None = None
     # dQ from the dK/dV kernel's tiles, added with fp32 atomics (5 MMAs per pair instead of
     # 7, no dQ kernel; dQ's summation order then varies from run to run). The dQ payload's
-    # scale spans the key tile, hence dq_block_n == bwd_block_n. Off: slower, the fp32 atomics
-    # (about 17 GB on eq8x8k) cost at least what the dQ kernel's whole recompute does.
+    # scale spans the key tile, hence dq_block_n == bwd_block_n. Off: slower. In the Triton
+    # dK/dV kernel, the one with the path, the payload's transpose, per-query exponent and
+    # product per step cost three times the whole dQ kernel, the atomics little
+    # (docs/PERFORMANCE.md, dQ).
     dq_atomic: bool = False
 
     def __post_init__(self):
