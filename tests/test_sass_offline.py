@@ -63,6 +63,26 @@ def test_bf16_attention_kernels_use_bf16_wgmma(tmp_path):
 
 
 @needs_cuobjdump
+@pytest.mark.parametrize("recipe", ["nvfp4", "fp4"])
+def test_4bit_attention_kernels_compile_for_two_programs_per_sm(tmp_path, recipe):
+    """The 4-bit routes' launches of the Gluon attention kernels (4-bit P, its group exponents
+    shared through shared memory in dK/dV) compile with the installed Triton, whose Gluon
+    names differ between versions: wgmma in every step loop, none serialized, and at most
+    half an SM's shared memory each (228 KB, 1 KB of it reserved per program), so two
+    programs share an SM as the tiles intend (docs/PERFORMANCE.md)."""
+    out = tmp_path / "sass.json"
+    assert sass_offline.main(["--workload", "logu11-16k", "--recipe", recipe, "--kernels",
+                              "^(attn_fwd_gluon_kernel|dkdv_gluon_kernel|dq_gluon_kernel)$", "--out", str(out)]) == 0
+    kernels = json.loads(out.read_text())["kernels"]
+    assert sorted(label.split()[0] for label in kernels) == ["attn_fwd_gluon_kernel", "dkdv_gluon_kernel", "dq_gluon_kernel"]
+    for label, r in kernels.items():
+        step = r["inner_loop"]["opcodes"]
+        assert step.get("QGMMA", 0) + step.get("HGMMA", 0) >= 2, f"{label}: no wgmma in the step loop"
+        assert not [w for w in r["ptxas_warnings"] if "C7512" in w], f"{label}: ptxas serialized every wgmma"
+        assert r["shared_bytes"] <= (228 * 1024) // 2 - 1024, f"{label}: {r['shared_bytes']} B of shared memory"
+
+
+@needs_cuobjdump
 @pytest.mark.parametrize("option", [[], ["--bf16-scores"]], ids=["mxfp8", "mxfp8-bf16s"])
 def test_rotated_quantizer_butterflies_stay_in_registers(tmp_path, option):
     """The Gluon Q/K launch holds a token row per thread: each of the 7 butterfly stages of a

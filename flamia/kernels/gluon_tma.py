@@ -14,8 +14,9 @@ from .configs import format_of
 # Triton 3.6 names the TMA load async_copy_global_to_shared; later versions (the offline
 # SASS test may run one) call it async_load.
 tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
-# A CTA-wide barrier: thread_barrier in Triton 3.6, barrier later.
-_thread_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
+# A CTA-wide barrier (bar.sync): thread_barrier in Triton 3.6, barrier later. Kernels call this
+# name, not either of Triton's, so that they compile on both.
+cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 WARPS = gl.constexpr(4)  # one warpgroup, 16 rows per warp: AttnTiles checks 64-row tiles
 
 
@@ -114,4 +115,4 @@ def zero_rows_from(x_s, first):
     rows = gl.arange(0, x_s.shape[0], layout=gl.SliceLayout(1, L))
     x_s.store(gl.where((rows < first)[:, None], b_x, gl.zeros_like(b_x)))
     fence_async_shared()
-    _thread_barrier()
+    cta_barrier()
