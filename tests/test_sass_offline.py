@@ -1,7 +1,8 @@
 """benchmarks/sass_offline.py: the attention kernels compile for Hopper (sm_90a) without a GPU,
 with the launch arguments of a real training call, and both of each kernel's products are FP8
 wgmma (QGMMA) in the SASS, inside its step loops, which ptxas did not serialize (C7512), beside
-the forward's row sum as an FP16 wgmma; the forward's unmasked tiles branch around the mask."""
+the forward's row sum as an FP16 wgmma; the forward's unmasked tiles branch around the mask. The
+bf16 and 4-bit routes' launches compile too, with the installed Triton."""
 import json
 import shutil
 import sys
