@@ -42,10 +42,11 @@
 # pass through unchanged.
 # --triton BUNDLE: run on the Triton that users get instead of the machine's, from a stripped
 # wheel tree built by ../shared/wheels/build_triton_bundle.sh (tar.xz): unpacked and put first
-# on PYTHONPATH, with the machine's CUDA ptxas (the bundle has none).
+# on PYTHONPATH, with the machine's CUDA ptxas (the bundle has none) under both of Triton's
+# names for it: Triton 3.9 compiles sm_90 with the tool it calls ptxas-blackwell.
 set -uo pipefail
 
-usage() { sed -n '2,45p' "$0" >&2; exit 2; }
+usage() { sed -n '2,46p' "$0" >&2; exit 2; }
 quick=0
 bundle=
 only=
@@ -64,7 +65,8 @@ if [[ -n $bundle ]]; then
     triton_dir=$(mktemp -d)
     tar xJf "$bundle" -C "$triton_dir" || { echo "gpu_gate.sh: --triton: cannot unpack '$bundle'" >&2; exit 2; }
     export PYTHONPATH="$triton_dir${PYTHONPATH:+:$PYTHONPATH}" TRITON_BACKENDS_IN_TREE=1 \
-        TRITON_PTXAS_PATH=${TRITON_PTXAS_PATH:-/usr/local/cuda/bin/ptxas}
+        TRITON_PTXAS_PATH=${TRITON_PTXAS_PATH:-/usr/local/cuda/bin/ptxas} \
+        TRITON_PTXAS_BLACKWELL_PATH=${TRITON_PTXAS_BLACKWELL_PATH:-/usr/local/cuda/bin/ptxas}
 fi
 
 cd "$(dirname "$0")/.."
@@ -202,7 +204,7 @@ step() {
     "$PY" -c 'import torch, triton, numpy, sys
 print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, "numpy", numpy.__version__,
       "cuda", torch.version.cuda, "device", torch.cuda.get_device_name() if torch.cuda.is_available() else "none")' 2>&1
-    echo "checkout $(git -C "$root" log --oneline -1 2>/dev/null || echo '(no git metadata)'); TRITON_PTXAS_PATH=${TRITON_PTXAS_PATH:-unset}"
+    echo "checkout $(git -C "$root" log --oneline -1 2>/dev/null || echo '(no git metadata)'); TRITON_PTXAS_PATH=${TRITON_PTXAS_PATH:-unset}; TRITON_PTXAS_BLACKWELL_PATH=${TRITON_PTXAS_BLACKWELL_PATH:-unset}"
     echo "compute-sanitizer: $sanitizer"
 } | tee "$out/header.txt"
 
