@@ -18,6 +18,8 @@
 #                  (GATE_DEVICE_TESTS_S, default 240 s; not in --quick)
 #   probe          flamia probe --recipe mxfp8           (verdict block-local or exact)
 #   probe-exact    flamia probe --recipe mxfp8 --exact   (verdict exact)
+#   probe-nvfp4    flamia probe --recipe nvfp4           (verdict block-local or exact)
+#   probe-fp4      flamia probe --recipe fp4             (verdict exact)
 #   accuracy       flamia accuracy --recipe mxfp8 on 4 x 4096 tokens, 16 heads, d=128, causal
 #                  (cos O >= 0.998, cos dQ, dK, dV >= 0.997: tests/test_accuracy.py's bounds)
 #   bench-graphed  flamia bench, flamia MXFP8 only, training call, CUDA graphs
@@ -46,7 +48,7 @@
 # names for it: Triton 3.9 compiles sm_90 with the tool it calls ptxas-blackwell.
 set -uo pipefail
 
-usage() { sed -n '2,46p' "$0" >&2; exit 2; }
+usage() { sed -n '2,48p' "$0" >&2; exit 2; }
 quick=0
 bundle=
 only=
@@ -219,6 +221,8 @@ else
 fi
 step probe probe 60 "$PY" -m flamia probe --recipe mxfp8
 step probe-exact probe-exact 60 "$PY" -m flamia probe --recipe mxfp8 --exact
+step probe-nvfp4 probe 60 "$PY" -m flamia probe --recipe nvfp4
+step probe-fp4 probe-exact 60 "$PY" -m flamia probe --recipe fp4
 step accuracy accuracy 60 "$PY" -m flamia accuracy --recipe mxfp8 --lengths 4096,4096,4096,4096 --heads 16 \
     --head-dim 128
 workloads=eq4x4k,logu11-16k
