@@ -36,8 +36,8 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup
 
 from .bwd_math import (doc_bounds, e2m1_payload, forward_diagonal, grad_scores, masked_step, query_factors,
                        row_parts, row_scaled_codes, step_range)
-from .fp4 import E2M1_EQ, E2M1_MQ
 from .fp8 import E4M3_EQ, E4M3_MQ, mul_rn, pow2, pow2_reciprocal, scale_exponent, to_codes, to_e4m3, to_output
+from .fwd_math import group_exponent
 from .gluon_tma import (WARPS, code_descriptors, copy_barriers, cta_barrier, descriptor, mma_layout, register_a_layout,
                         relayout, tma_load, wait_copy, zero_rows_from)
 from .hadamard import rotate
@@ -187,10 +187,7 @@ def _key_group_exponents(b_src, AXIS: gl.constexpr, LOG_SRC: gl.constexpr):
     cta_barrier()
     # a (group, query) per thread, twice over: its 16 partials in registers
     OWN: gl.constexpr = gl.BlockedLayout([1, 2, 8, 1], [1, 1, 1, 32], [2, 1, 1, 2], [3, 2, 1, 0])
-    b_max = gl.max(gl.max(part_s.load(OWN), axis=2), axis=1)        # [G, C]
-    if LOG_SRC:
-        b_max = gl.exp2(b_max)
-    exp_s.store(scale_exponent(b_max, E2M1_EQ, E2M1_MQ))
+    exp_s.store(group_exponent(gl.max(gl.max(part_s.load(OWN), axis=2), axis=1), LOG_SRC))  # [G, C]
     cta_barrier()
     return gl.expand_dims(exp_s.load(gl.SliceLayout(AXIS, b_src.type.layout)), AXIS)  # [G, 1, C]
 

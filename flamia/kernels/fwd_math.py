@@ -84,14 +84,19 @@ def diagonal_tile(t, i0, len_q, len_k, off, wl, wr, BM: tl.constexpr, BN: tl.con
 
 
 @triton.jit
-def group_exponents(b_src, AXIS: tl.constexpr, LOG_SRC: tl.constexpr):
-    """``scale_exponent(gmax, 6)`` (int32) of the groups along AXIS of b_src (fp32, 3-D: the
-    keys of each group on AXIS), kept as a size-1 AXIS: gmax is the group's max, or with
-    LOG_SRC exp2 of it. ``p4_values``' GROUP_EXP where no faster one is given."""
-    b_max = tl.max(b_src, AXIS)
+def group_exponent(b_max, LOG_SRC: tl.constexpr):
+    """``scale_exponent(gmax, 6)`` (int32) of 4-bit P groups whose maxima are b_max: gmax is
+    b_max, or with LOG_SRC exp2 of it."""
     if LOG_SRC:
         b_max = tl.exp2(b_max)
-    return tl.expand_dims(scale_exponent(b_max, E2M1_EQ, E2M1_MQ), AXIS)
+    return scale_exponent(b_max, E2M1_EQ, E2M1_MQ)
+
+
+@triton.jit
+def group_exponents(b_src, AXIS: tl.constexpr, LOG_SRC: tl.constexpr):
+    """``group_exponent`` of the groups along AXIS of b_src (fp32, 3-D: the keys of each group
+    on AXIS), kept as a size-1 AXIS. ``p4_values``' GROUP_EXP where no faster one is given."""
+    return tl.expand_dims(group_exponent(tl.max(b_src, AXIS), LOG_SRC), AXIS)
 
 
 @triton.jit
