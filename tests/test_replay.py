@@ -13,6 +13,7 @@ from flamia.kernels import replay
 from flamia.workload import make_packed_inputs
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+CONVENTION = replay._CONVENTION  # the installed Triton's, which the GPU tests switch off and on
 
 
 def test_record_sees_allocations_and_flags_other_work():
@@ -88,8 +89,8 @@ def test_build_refuses_what_it_cannot_replay():
 
 
 class _FakeCompiled:
-    """What ``replay._step`` reads of a Triton 3.6 CompiledKernel, with a launcher that notes
-    its arguments: signature (p_in, p_out, p_tmp, p_res, n, BLOCK), no descriptor."""
+    """What ``replay._step`` reads of a CompiledKernel (Triton 3.6's or 3.9's), with a launcher
+    that notes its arguments: signature (p_in, p_out, p_tmp, p_res, n, BLOCK), no descriptor."""
 
     def __init__(self):
         self.calls = []
@@ -98,15 +99,27 @@ class _FakeCompiled:
                                                   "p_res": "*i32", "n": "i32", "BLOCK": "constexpr"}})()
         self.metadata = type("Meta", (), {"global_scratch_size": 0, "profile_scratch_size": 0,
                                           "tensordesc_meta": None})()
-        launcher = type("Launcher", (), {"launch_cooperative_grid": False, "launch_pdl": False})()
+        launcher = type("Launcher", (), {"launch_cooperative_grid": False, "launch_pdl": False,
+                                         "arg_annotations": "annotations", "kernel_signature": "signature"})()
         launcher.launch = lambda *args: self.calls.append(args)
         self.run = launcher
 
 
-def test_program_maps_every_pointer_to_its_slot(monkeypatch):
+def _unpack(args: tuple, convention: int) -> tuple:
+    """(grid, stream, function, metadata, the kernel's arguments) of one C launch's arguments in
+    ``replay._CONVENTION`` ``convention``; under 3.9 the annotations and the signature too."""
+    if convention == 39:
+        assert args[13:15] == ("annotations", "signature") and len(args) == 16
+        return args[:3], args[3], args[4], args[7], tuple(args[15])
+    return args[:3], args[3], args[4], args[9], args[13:]
+
+
+@pytest.mark.parametrize("convention", [36, 39])
+def test_program_maps_every_pointer_to_its_slot(monkeypatch, convention):
     """A recorded call's pointers become slots: an input at its offset, an output, a piece of
     the workspace (what the backward reads) or of the scratch; replayed on new tensors, each
     launch gets the new addresses, and the residuals come back as views of the workspace."""
+    monkeypatch.setattr(replay, "_CONVENTION", convention)
     monkeypatch.setattr(replay._launch, "_device", lambda: 0)
     monkeypatch.setattr(replay._launch, "_stream", lambda device: 99)
     kernel = _FakeCompiled()
@@ -122,8 +135,8 @@ def test_program_maps_every_pointer_to_its_slot(monkeypatch):
     y = torch.arange(64, dtype=torch.float32) + 1
     (new_out,), workspace = program([y], y.device)
     (args,) = kernel.calls
-    grid, stream, base = args[:3], args[3], args[13:]
-    assert grid == (4, 2, 1) and stream == 99 and args[4] == 7 and args[9] == (4, 1, 0)
+    grid, stream, function, metadata, base = _unpack(args, convention)
+    assert grid == (4, 2, 1) and stream == 99 and function == 7 and metadata == (4, 1, 0)
     assert base[0] == y.data_ptr() + 16 * 4 and base[1] == new_out.data_ptr()
     assert base[3] == workspace.data_ptr() + 8 * 4 and base[4:] == (48, 16)
     assert new_out.shape == out.shape and new_out.dtype == out.dtype and new_out.data_ptr() != out.data_ptr()
@@ -132,9 +145,11 @@ def test_program_maps_every_pointer_to_its_slot(monkeypatch):
     assert view.shape == (4, 8) and view.dtype == torch.int32 and view.data_ptr() == base[3]
 
 
-def test_descriptors_are_rebuilt_per_new_base_only(monkeypatch):
+@pytest.mark.parametrize("convention", [36, 39])
+def test_descriptors_are_rebuilt_per_new_base_only(monkeypatch, convention):
     """A TMA descriptor argument expands to (tensor map, shape, strides); the map is made again
     only for a base address the step has not seen."""
+    monkeypatch.setattr(replay, "_CONVENTION", convention)
     monkeypatch.setattr(replay._launch, "_device", lambda: 0)
     monkeypatch.setattr(replay._launch, "_stream", lambda device: 0)
     made = []
@@ -157,9 +172,26 @@ def test_descriptors_are_rebuilt_per_new_base_only(monkeypatch):
     y = torch.zeros_like(x)
     for inputs in ([y], [y], [x]):
         program(inputs, y.device)
-    assert [args[13:] for args in calls] == [(("map", y.data_ptr() + 64 * 128), 192, 128, 128, 1, 5)] * 2 + [
+    assert [_unpack(args, convention)[4] for args in calls] == [
+        (("map", y.data_ptr() + 64 * 128), 192, 128, 128, 1, 5)] * 2 + [
         (("map", x.data_ptr() + 64 * 128), 192, 128, 128, 1, 5)]
     assert made == [y.data_ptr() + 64 * 128, x.data_ptr() + 64 * 128]
+
+
+@pytest.mark.parametrize("convention", [36, 39])
+def test_descriptor_maker_calls_the_installed_tritons_expansion(monkeypatch, convention):
+    """``_descriptor_maker`` hands Triton's ``make_tensordesc_arg`` a stand-in descriptor at the
+    new base, with 3.9's extra argument, and keeps the tensor map it returns first."""
+    from triton.backends.nvidia import driver
+    seen = []
+    monkeypatch.setattr(driver, "make_tensordesc_arg",
+                        lambda arg, meta, *extra: seen.append((arg.base.data_ptr(), arg.shape, arg.strides, meta,
+                                                               extra)) or ["map", *arg.shape, *arg.strides])
+    monkeypatch.setattr(replay, "_CONVENTION", convention)
+    desc = type("Desc", (), {"shape": [192, 128], "strides": [128, 1], "padding": "zero"})()
+    make = replay._descriptor_maker(desc, {"swizzle": 3})
+    assert make(4096) == "map"
+    assert seen == [(4096, [192, 128], [128, 1], {"swizzle": 3}, (None,) if convention == 39 else ())]
 
 
 def test_pack_aligns_each_allocation():
@@ -201,14 +233,14 @@ def _grads(inputs, recipe, causal, window, cu_k=None):
                          ids=["gqa-causal", "window-unshared", "noncausal"])
 def test_replay_matches_ordinary_bitwise(monkeypatch, recipe, head_dim, lengths, heads, causal, window, shared):
     """The recording call, then replays of forward and backward, against the ordinary path."""
-    if recipe not in flamia.RECIPES or not replay._LAUNCHER:
-        pytest.skip("needs the recipe and Triton 3.6's launcher")
+    if recipe not in flamia.RECIPES or replay._CONVENTION is None:
+        pytest.skip("needs the recipe and a Triton whose launch convention replay.py knows")
     inputs = make_packed_inputs(lengths, heads_q=heads[0], heads_kv=heads[1], head_dim=head_dim, device="cuda")
     cu_k = None if shared else inputs.cu_seqlens.clone()
     monkeypatch.setattr(kernel_ops, "_programs", replay.Programs())
-    monkeypatch.setattr(replay, "_LAUNCHER", False)
+    monkeypatch.setattr(replay, "_CONVENTION", None)
     want = _grads(inputs, recipe, causal, window, cu_k)
-    monkeypatch.setattr(replay, "_LAUNCHER", True)
+    monkeypatch.setattr(replay, "_CONVENTION", CONVENTION)
     for call in range(3):  # records, then replays (the first replayed backward records)
         got = _grads(inputs, recipe, causal, window, cu_k)
         for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), got, want):
@@ -223,8 +255,8 @@ def test_replay_matches_ordinary_bitwise(monkeypatch, recipe, head_dim, lengths,
 def test_unreplayable_calls_take_the_ordinary_path(monkeypatch):
     """Q, K, V as views of one fused QKV buffer are copied before the quantizers read whole rows
     (GPU work outside the launches): never a program, the same bits on every call."""
-    if not replay._LAUNCHER:
-        pytest.skip("needs Triton 3.6's launcher")
+    if replay._CONVENTION is None:
+        pytest.skip("needs a Triton whose launch convention replay.py knows")
     inputs = make_packed_inputs((300, 45), heads_q=4, heads_kv=4, head_dim=64, device="cuda")
     monkeypatch.setattr(kernel_ops, "_programs", replay.Programs())
 
@@ -245,8 +277,8 @@ def test_unreplayable_calls_take_the_ordinary_path(monkeypatch):
 @pytest.mark.gpu
 def test_replay_in_a_cuda_graph(monkeypatch):
     """A replayed training call captured in a CUDA graph gives the eager call's bits."""
-    if not replay._LAUNCHER:
-        pytest.skip("needs Triton 3.6's launcher")
+    if replay._CONVENTION is None:
+        pytest.skip("needs a Triton whose launch convention replay.py knows")
     inputs = make_packed_inputs((700, 300, 24), heads_q=8, heads_kv=4, head_dim=128, device="cuda")
     monkeypatch.setattr(kernel_ops, "_programs", replay.Programs())
     want = [_grads(inputs, "mxfp8", True, (-1, -1)) for _ in range(3)][-1]
@@ -267,8 +299,8 @@ def test_replay_in_a_cuda_graph(monkeypatch):
 def test_replay_on_views_of_one_buffer(monkeypatch):
     """q, k and v as contiguous views of one [3, T, H, D] leaf (a fused projection's output)
     record and replay like separate tensors."""
-    if not replay._LAUNCHER:
-        pytest.skip("needs Triton 3.6's launcher")
+    if replay._CONVENTION is None:
+        pytest.skip("needs a Triton whose launch convention replay.py knows")
     inputs = make_packed_inputs((400, 99, 7), heads_q=4, heads_kv=4, head_dim=128, device="cuda")
 
     def call():
@@ -278,9 +310,9 @@ def test_replay_on_views_of_one_buffer(monkeypatch):
         return out, *torch.autograd.grad(out, qkv, inputs.do)
 
     monkeypatch.setattr(kernel_ops, "_programs", replay.Programs())
-    monkeypatch.setattr(replay, "_LAUNCHER", False)
+    monkeypatch.setattr(replay, "_CONVENTION", None)
     want = call()
-    monkeypatch.setattr(replay, "_LAUNCHER", True)
+    monkeypatch.setattr(replay, "_CONVENTION", CONVENTION)
     for _ in range(3):
         for a, b in zip(call(), want):
             assert torch.equal(a, b)
@@ -292,14 +324,14 @@ def test_replay_on_views_of_one_buffer(monkeypatch):
 def test_replay_with_other_lengths_of_the_same_shape(monkeypatch):
     """A program is keyed by shapes, not by cu_seqlens' values: documents of other lengths with
     the same total and count replay the recorded launches and still get the ordinary bits."""
-    if not replay._LAUNCHER:
-        pytest.skip("needs Triton 3.6's launcher")
+    if replay._CONVENTION is None:
+        pytest.skip("needs a Triton whose launch convention replay.py knows")
     first = make_packed_inputs((300, 45, 7), heads_q=8, heads_kv=2, head_dim=128, device="cuda")
     other = make_packed_inputs((100, 245, 7), heads_q=8, heads_kv=2, head_dim=128, seed=1, device="cuda")
     monkeypatch.setattr(kernel_ops, "_programs", replay.Programs())
-    monkeypatch.setattr(replay, "_LAUNCHER", False)
+    monkeypatch.setattr(replay, "_CONVENTION", None)
     want = _grads(other, "mxfp8", True, (-1, -1))
-    monkeypatch.setattr(replay, "_LAUNCHER", True)
+    monkeypatch.setattr(replay, "_CONVENTION", CONVENTION)
     for _ in range(2):
         _grads(first, "mxfp8", True, (-1, -1))  # records, then replays forward and records backward
     got = _grads(other, "mxfp8", True, (-1, -1))

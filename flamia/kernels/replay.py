@@ -15,9 +15,9 @@ argument values, each pointer (a tensor or a TMA descriptor's base) replaced by 
 Later calls of the shape allocate the outputs and the two buffers, fill the slots and call
 each launcher directly: a few microseconds per launch instead of the ordinary path's tens.
 Descriptors are rebuilt only for base addresses not seen before (the caching allocator hands
-a steady training loop the same few). The launchers are called the way Triton 3.6 calls them
-(``_LAUNCHER``); with another Triton, a launch hook (profilers) or the interpreter, every call
-takes the ordinary path.
+a steady training loop the same few). The launchers are called the way Triton 3.6 or 3.9
+calls them (``_CONVENTION``); with another Triton, a launch hook (profilers) or the
+interpreter, every call takes the ordinary path.
 """
 import collections
 import contextlib
@@ -37,14 +37,19 @@ _ALLOCATIONS = {aten.empty.memory_format, aten.empty_like.default, aten.new_empt
                 aten.empty_strided.default, aten.new_empty_strided.default}
 _ALIGN = 256  # buffer pieces start where a fresh allocation's 16-byte specialization holds
 _MAX_PROGRAMS = 256  # kept per direction (forward: per process; backward: per forward program)
-# Triton 3.6's launcher: CudaLauncher(grid x, y, z, stream, function, *rest) calls its C
-# launch(x, y, z, stream, function, cooperative, pdl, global scratch, profile scratch, *rest).
-_LAUNCHER = triton.__version__.startswith("3.6.")
+# How a compiled kernel's C launch takes its arguments. Triton 3.6 (36): a launcher per kernel,
+# launch(x, y, z, stream, function, cooperative, pdl, global scratch, profile scratch,
+# metadata, launch metadata, enter hook, exit hook, *kernel args). Triton 3.9 (39): one launch
+# for all kernels, launch(x, y, z, stream, function, cooperative, pdl, metadata, launch
+# metadata, enter hook, exit hook, global scratch, profile scratch, argument annotations,
+# kernel signature, kernel args as one tuple). None: another Triton, never replayed.
+_CONVENTION = {"3.6": 36, "3.9": 39}.get(".".join(triton.__version__.split(".")[:2]))
 
 
 def available() -> bool:
-    """Whether calls may replay now: Triton's 3.6 launcher, no launch hook, not interpreting."""
-    return (_LAUNCHER and not interpreting() and not _launch._hooked(knobs.runtime.launch_enter_hook)
+    """Whether calls may replay now: a Triton whose launch convention this module knows, no
+    launch hook, not interpreting."""
+    return (_CONVENTION is not None and not interpreting() and not _launch._hooked(knobs.runtime.launch_enter_hook)
             and not _launch._hooked(knobs.runtime.launch_exit_hook))
 
 
@@ -147,17 +152,41 @@ class _Base:
 
 
 def _descriptor_maker(desc, meta):
-    """ptr -> the CUtensorMap of ``desc`` with its base at ptr (Triton 3.6's expansion)."""
+    """ptr -> the CUtensorMap of ``desc`` with its base at ptr (Triton's own expansion, which
+    takes one more, unused, argument from 3.9 on)."""
     from triton.backends.nvidia.driver import make_tensordesc_arg
 
     shim = types.SimpleNamespace(shape=list(desc.shape), strides=list(desc.strides), padding=desc.padding,
                                  round_f32_to_tf32=getattr(desc, "round_f32_to_tf32", False))
+    extra = (None,) if _CONVENTION == 39 else ()
 
     def make(ptr: int):
         shim.base = _Base(ptr)
-        return make_tensordesc_arg(shim, meta)[0]
+        return make_tensordesc_arg(shim, meta, *extra)[0]
 
     return make
+
+
+def _launch_head(compiled, grid: tuple, descriptors: bool) -> tuple:
+    """(C launch, the arguments before the kernel's own) of a compiled kernel in this Triton's
+    ``_CONVENTION``, the stream at position 3 (filled per call); ``descriptors``: the kernel
+    takes TMA descriptors, which the C launch under Triton's expanding wrapper takes expanded.
+    Under 3.9 the launch takes the kernel's arguments as one tuple, so the returned one packs
+    them."""
+    run = compiled.run
+    fn = _closure(run.launch).get("launcher") if descriptors else run.launch
+    if fn is None:
+        raise LookupError("an unexpected descriptor launcher")
+    grid = tuple(grid) + (1,) * (3 - len(grid))
+    common = [*grid, 0, compiled.function, run.launch_cooperative_grid, run.launch_pdl]
+    if _CONVENTION != 39:
+        return fn, common + [None, None, compiled.packed_metadata, None, None, None]
+    if getattr(run, "gsan_enabled", False):
+        raise LookupError("a kernel built with the global sanitizer")
+    head = common + [compiled.packed_metadata, None, None, None, None, None, run.arg_annotations,
+                     run.kernel_signature]
+    n = len(head)
+    return (lambda *args: fn(*args[:n], args[n:])), head
 
 
 def _closure(fn) -> dict:
@@ -165,21 +194,16 @@ def _closure(fn) -> dict:
 
 
 def _step(compiled, grid: tuple, values: tuple, locate: _Locator) -> _Step:
-    """The _Step of one recorded launch (Triton 3.6's launcher, descriptors expanded)."""
-    run = compiled.run
+    """The _Step of one recorded launch (``_launch_head``'s convention, descriptors expanded)."""
     meta = compiled.metadata
     if meta.global_scratch_size or meta.profile_scratch_size:
         raise LookupError("a kernel with global scratch memory")
     signature = list(compiled.src.signature.values())
     descriptor_meta = list(getattr(meta, "tensordesc_meta", None) or [])
-    fn = run.launch
-    if any(isinstance(s, str) and s.startswith("tensordesc") for s in signature):
-        fn = _closure(run.launch).get("launcher")  # the C launch under the expanding wrapper
-        if fn is None or not descriptor_meta or None in descriptor_meta:
-            raise LookupError("an unexpected descriptor launcher")
-    grid = tuple(grid) + (1,) * (3 - len(grid))
-    args = [*grid, 0, compiled.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
-            compiled.packed_metadata, None, None, None]
+    described = any(isinstance(s, str) and s.startswith("tensordesc") for s in signature)
+    if described and (not descriptor_meta or None in descriptor_meta):
+        raise LookupError("an unexpected descriptor launcher")
+    fn, args = _launch_head(compiled, grid, described)
     pointers, descriptors = [], []
     for value, kind in zip(values, signature):
         if isinstance(kind, str) and kind.startswith("tensordesc"):
