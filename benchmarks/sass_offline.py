@@ -142,7 +142,7 @@ def compile_launch(launch: dict, seen: dict):
     names = fn.arg_names
     loose = loose_params(fn)  # ints Triton does not specialize on: their width alone
     options = {k: v["value"] for k, v in launch["kwargs"].items()
-               if k in ("num_warps", "num_stages", "maxnreg") and v["kind"] != "none"}
+               if k in ("num_warps", "num_stages", "maxnreg", "enable_fp_fusion") and v["kind"] != "none"}
     given = dict(zip(names, launch["args"]))
     given.update({k: v for k, v in launch["kwargs"].items() if k not in options})
     signature, constexprs, attrs = {}, {}, {}

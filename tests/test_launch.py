@@ -51,6 +51,22 @@ def test_hooks():
     assert _hooked(knobs.runtime.launch_enter_hook) == bool(getattr(knobs.runtime.launch_enter_hook, "calls", True))
 
 
+def test_every_launch_asks_for_contracted_multiply_adds(monkeypatch):
+    """The kernels are tuned and checked with FMA contraction, which Triton 3.10 leaves off
+    unless a launch asks for it: launch() asks on every path."""
+    from flamia.kernels import launch as launch_module
+
+    seen = []
+
+    class Kernel:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: seen.append((grid, args, kwargs))
+
+    monkeypatch.setattr(launch_module, "interpreting", lambda: True)
+    launch_module.launch(Kernel(), (3,), 7, BLOCK=16, num_warps=4)
+    assert seen == [((3,), (7,), {"BLOCK": 16, "num_warps": 4, "enable_fp_fusion": True})]
+
+
 def test_descriptor_equals_tritons():
     """gluon_tma.descriptor builds the fields TensorDescriptor.from_tensor builds, and sends a
     view it cannot vouch for through Triton's checks."""

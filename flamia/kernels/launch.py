@@ -33,7 +33,10 @@ _MAX_KEYS = 512  # kept specializations; past this, new ones launch the ordinary
 # documents each step, compiles a kernel again whenever one of them changes class.
 PACKING_INTS = ("num_docs", "steps", "width", "width2", "seed", "o_qop", "o_kop", "o_fwd", "o_go", "o_dkdv",
                 "o_dq", "w_qop", "w_kop", "w_fwd", "w_go", "w_dkdv", "w_dq")
-_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")  # the launch options flamia passes
+_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion")  # the launch options flamia passes
+# Every launch asks for contracted multiply-adds, with which the kernels are tuned and checked:
+# Triton 3.10 compiles without them unless asked, and 3.9 warns in each process that does not ask.
+FP_FUSION = True
 _kept: dict = {}
 # replay.record's list of this thread's launches, (compiled, grid, values) each, None where unkeyable
 recording = threading.local()
@@ -178,7 +181,8 @@ def launch_key(kernel, args: tuple, kwargs: dict) -> tuple[tuple, tuple]:
 def launch(kernel, grid: tuple, *args, **kwargs) -> None:
     """``kernel[grid](*args, **kwargs)``, through the kept compiled kernel when there is one.
     Every kernel parameter after the positional ones is given by keyword (no defaults);
-    launch options among ``_OPTIONS``."""
+    launch options among ``_OPTIONS``, with ``enable_fp_fusion`` set to ``FP_FUSION``."""
+    kwargs["enable_fp_fusion"] = FP_FUSION
     if interpreting() or _hooked(knobs.runtime.launch_enter_hook) or _hooked(knobs.runtime.launch_exit_hook):
         kernel[grid](*args, **kwargs)
         _note(None)
