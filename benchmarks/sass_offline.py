@@ -136,13 +136,13 @@ def compile_launch(launch: dict, seen: dict):
     from triton.compiler import ASTSource
     from triton.experimental.gluon._runtime import GluonASTSource, GluonJITFunction
 
-    from flamia.kernels.launch import loose_params
+    from flamia.kernels.launch import LAUNCH_OPTIONS, loose_params
 
     fn = getattr(importlib.import_module(launch["module"]), launch["kernel"])
     names = fn.arg_names
     loose = loose_params(fn)  # ints Triton does not specialize on: their width alone
     options = {k: v["value"] for k, v in launch["kwargs"].items()
-               if k in ("num_warps", "num_stages", "maxnreg", "enable_fp_fusion") and v["kind"] != "none"}
+               if k in LAUNCH_OPTIONS and v["kind"] != "none"}
     given = dict(zip(names, launch["args"]))
     given.update({k: v for k, v in launch["kwargs"].items() if k not in options})
     signature, constexprs, attrs = {}, {}, {}

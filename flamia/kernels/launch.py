@@ -33,7 +33,8 @@ _MAX_KEYS = 512  # kept specializations; past this, new ones launch the ordinary
 # documents each step, compiles a kernel again whenever one of them changes class.
 PACKING_INTS = ("num_docs", "steps", "width", "width2", "seed", "o_qop", "o_kop", "o_fwd", "o_go", "o_dkdv",
                 "o_dq", "w_qop", "w_kop", "w_fwd", "w_go", "w_dkdv", "w_dq")
-_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion")  # the launch options flamia passes
+# The launch options flamia passes (``launch`` sets enable_fp_fusion; sass_offline.py compiles with them).
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion")
 # Every launch asks for contracted multiply-adds, with which the kernels are tuned and checked:
 # Triton 3.10 compiles without them unless asked, and 3.9 warns in each process that does not ask.
 FP_FUSION = True
@@ -170,18 +171,19 @@ def launch_key(kernel, args: tuple, kwargs: dict) -> tuple[tuple, tuple]:
     binding = _bindings.get((id(kernel), len(args)))
     if binding is None:
         binding = _bindings[id(kernel), len(args)] = _Binding(kernel, len(args))
-    if len(args) + len(kwargs) != binding.count + sum(map(kwargs.__contains__, _OPTIONS)):
-        raise KeyError("an option outside _OPTIONS, or a parameter left to its default")
+    if len(args) + len(kwargs) != binding.count + sum(map(kwargs.__contains__, LAUNCH_OPTIONS)):
+        raise KeyError("an option outside LAUNCH_OPTIONS, or a parameter left to its default")
     values = args + tuple(map(kwargs.__getitem__, binding.keywords))
     key = (id(kernel), _device(), _runtime_key(binding.runtime(values)),
-           tuple(map(_width_class, binding.loose(values))), binding.constexpr(values), tuple(map(kwargs.get, _OPTIONS)))
+           tuple(map(_width_class, binding.loose(values))), binding.constexpr(values),
+           tuple(map(kwargs.get, LAUNCH_OPTIONS)))
     return key, values
 
 
 def launch(kernel, grid: tuple, *args, **kwargs) -> None:
     """``kernel[grid](*args, **kwargs)``, through the kept compiled kernel when there is one.
     Every kernel parameter after the positional ones is given by keyword (no defaults);
-    launch options among ``_OPTIONS``, with ``enable_fp_fusion`` set to ``FP_FUSION``."""
+    launch options among ``LAUNCH_OPTIONS``, with ``enable_fp_fusion`` set to ``FP_FUSION``."""
     kwargs["enable_fp_fusion"] = FP_FUSION
     if interpreting() or _hooked(knobs.runtime.launch_enter_hook) or _hooked(knobs.runtime.launch_exit_hook):
         kernel[grid](*args, **kwargs)
